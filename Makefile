@@ -1,0 +1,43 @@
+# chatops: the two commands a new team needs are `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-fast lint demo redis-server bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Tests use a real redis-server on a loopback port; install it when the machine lacks it.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server not found: installing it with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+
+test: install redis-server
+	$(BIN)/pytest
+
+# Everything except the slow, process-level tests (for quick local iteration only).
+test-fast: install redis-server
+	$(BIN)/pytest -m "not slow"
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+demo: install
+	$(BIN)/chatops demo
+
+bench: install redis-server
+	$(BIN)/python bench/runtime.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,117 @@
+"""Running one batch of tool calls in parallel, so that it always closes.
+
+Every call of a batch is answered by exactly one `ToolMessage`, whatever happens: a result, a
+clear error (unknown tool, bad arguments, timeout, failure) or "interrupted". Interruptible calls
+are cancelled when the turn's `abort` event is set (a stop, or a steer); must-complete calls always
+run to their end or timeout. A call that has not started when a stop is accepted never starts.
+
+Results are handed to `on_result` one by one as they arrive (for the ledger and the journal); the
+batch returns them in call order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from agent_core.diagnostics import RunDiagnostics
+from agent_core.errors import ToolFailed
+from agent_core.interrupts import INTERRUPTED, TurnSignals, until_set
+from agent_core.messages import ToolCall, ToolMessage, ToolStatus
+from agent_core.tools.base import Tool, ToolContext, Toolset
+
+__all__ = ["ResultSink", "run_batch"]
+
+ResultSink = Callable[[ToolMessage], Awaitable[None]]
+
+
+def _answer(call: ToolCall, content: str, status: ToolStatus) -> ToolMessage:
+    return ToolMessage(call_id=call.id, name=call.name, content=content, status=status)
+
+
+def _parse_arguments(call: ToolCall, tool: Tool) -> Mapping[str, Any]:
+    try:
+        args = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError as exc:
+        raise ToolFailed(f"arguments are not valid JSON ({exc.msg} at {exc.pos})") from exc
+    if not isinstance(args, dict):
+        raise ToolFailed("arguments must be a JSON object")
+    missing = [name for name in tool.parameters.get("required", ()) if name not in args]
+    if missing:
+        raise ToolFailed(f"missing required argument(s): {', '.join(missing)}")
+    return args
+
+
+async def _execute(
+    call: ToolCall, tool: Tool, ctx: ToolContext, signals: TurnSignals, diag: RunDiagnostics
+) -> ToolMessage:
+    if signals.stop.is_set() or (tool.interruptible and signals.abort.is_set()):
+        return _answer(
+            call, f"not run: interrupted by {signals.abort_reason}", ToolStatus.INTERRUPTED
+        )
+    try:
+        args = _parse_arguments(call, tool)
+        diag.tool_calls_started += 1
+        diag.note("tool_start", call.id)
+        output: str | object
+        async with asyncio.timeout(tool.timeout_s):
+            if tool.interruptible:
+                output = await until_set(signals.abort, tool.handler(args, ctx))
+            else:
+                output = await tool.handler(args, ctx)
+    except ToolFailed as exc:
+        return _answer(call, f"error: {exc}", ToolStatus.ERROR)
+    except TimeoutError:
+        return _answer(call, f"error: timed out after {tool.timeout_s:g} s", ToolStatus.ERROR)
+    except Exception as exc:  # a tool's bug must close its call, not the turn
+        return _answer(call, f"error: {type(exc).__name__}: {exc}", ToolStatus.ERROR)
+    if output is INTERRUPTED:
+        return _answer(
+            call,
+            f"interrupted by {signals.abort_reason} before it finished",
+            ToolStatus.INTERRUPTED,
+        )
+    assert isinstance(output, str)
+    return _answer(call, output, ToolStatus.OK)
+
+
+async def _answer_one(
+    call: ToolCall,
+    toolset: Toolset,
+    ctx: ToolContext,
+    signals: TurnSignals,
+    diag: RunDiagnostics,
+    done: asyncio.Queue[ToolMessage],
+) -> None:
+    tool = toolset.get(call.name)
+    if tool is None:
+        offered = ", ".join(sorted(t.name for t in toolset)) or "none"
+        result = _answer(
+            call, f"error: unknown tool {call.name!r} (offered: {offered})", ToolStatus.ERROR
+        )
+    else:
+        result = await _execute(call, tool, ctx, signals, diag)
+    done.put_nowait(result)
+
+
+async def run_batch(
+    calls: Sequence[ToolCall],
+    toolset: Toolset,
+    ctx: ToolContext,
+    signals: TurnSignals,
+    diag: RunDiagnostics,
+    on_result: ResultSink,
+) -> list[ToolMessage]:
+    """Run every call of a batch concurrently; return one result per call, in call order."""
+    done: asyncio.Queue[ToolMessage] = asyncio.Queue()
+    results: dict[str, ToolMessage] = {}
+    async with asyncio.TaskGroup() as group:
+        for call in calls:
+            group.create_task(_answer_one(call, toolset, ctx, signals, diag, done))
+        for _ in calls:
+            result = await done.get()
+            results[result.call_id] = result
+            await on_result(result)
+    return [results[call.id] for call in calls]

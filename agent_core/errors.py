@@ -1,0 +1,85 @@
+"""Errors raised by the runtime.
+
+```
+AgentError
+├── ConfigError            bad construction arguments; raised before any side effect
+├── HistoryError           a history breaks a provider rule (index, call ids)
+├── StoreError             the state store (Redis) failed or refused a write
+├── ModelError             the model request failed
+│   ├── ModelUnavailable   network errors, 429/5xx after the client's own retries
+│   ├── ModelRejected      a 400 that is not about the history: never retried
+│   └── HistoryRejected    a 400 about the history: repaired once, then the turn fails
+└── ToolFailed             model-facing: becomes an error tool result, never ends the run
+```
+
+`ToolFailed` is the only one a tool raises on purpose; the loop turns it into a tool message the
+model reads. Every other error ends the turn as `Failed` with its message.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "ConfigError",
+    "HistoryError",
+    "HistoryRejected",
+    "ModelError",
+    "ModelRejected",
+    "ModelUnavailable",
+    "StoreError",
+    "ToolFailed",
+]
+
+
+class AgentError(Exception):
+    """Base of every error the runtime raises."""
+
+
+class ConfigError(AgentError):
+    """Invalid configuration, detected at construction."""
+
+
+class HistoryError(AgentError):
+    """A history that a strict provider would reject.
+
+    Attributes:
+        index: Position of the offending message.
+        call_ids: The tool call ids involved, if any.
+    """
+
+    def __init__(self, message: str, *, index: int, call_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.index = index
+        self.call_ids = call_ids
+
+
+class StoreError(AgentError):
+    """The state store failed, or rejected a write (for example a fenced one)."""
+
+
+class ModelError(AgentError):
+    """A model request failed.
+
+    Attributes:
+        status: HTTP status from the provider, when there was a response.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ModelUnavailable(ModelError):
+    """The provider could not be reached or kept failing after retries."""
+
+
+class ModelRejected(ModelError):
+    """The provider refused the request (4xx) for a reason other than the history."""
+
+
+class HistoryRejected(ModelError):
+    """The provider refused the history itself (a dangling, orphan or duplicate tool call)."""
+
+
+class ToolFailed(AgentError):
+    """Raised by a tool to report a failure the model should see as the tool's result."""

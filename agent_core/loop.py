@@ -1,0 +1,319 @@
+"""The run loop: model stream → tool batch → balance ledger → cut, until a final answer.
+
+Contract (DESIGN.md invariants 1–4):
+- Every event passes through `_observe` exactly once; the ledger decides where a cut may happen.
+- Signals are probed in `_cut` only, which runs before the first model request and at each
+  zero-crossing of the balance, i.e. once per batch, never per streamed delta.
+- A stop aborts the model stream (the partial response is dropped, never persisted) and cancels
+  interruptible tools, which answer "interrupted"; the batch still closes, so the persisted
+  history stays closed. After a stop no model request and no tool call starts.
+- A turn whose tombstone exists when it begins ends `Cancelled` without calling the model.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import redis.asyncio as aioredis
+
+from agent_core.batch import run_batch
+from agent_core.diagnostics import ProbePoint, RunDiagnostics, RunOutcome
+from agent_core.errors import AgentError, HistoryError, HistoryRejected
+from agent_core.events import (
+    EventSource,
+    FunctionCallPart,
+    FunctionResponsePart,
+    Part,
+    RunEvent,
+    TextPart,
+)
+from agent_core.history import validate_history
+from agent_core.interrupts import INTERRUPTED, Signal, TurnSignals, until_set
+from agent_core.keys import Keys
+from agent_core.ledger import BalanceLedger
+from agent_core.llm.client import ChatModel, ModelResponse
+from agent_core.llm.convert import unique_call_ids
+from agent_core.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
+from agent_core.outcome import (
+    Awaiting,
+    Cancelled,
+    Completed,
+    Dispatched,
+    Drained,
+    Failed,
+    RunResult,
+    Steered,
+    Stopped,
+)
+from agent_core.repair import repair_history
+from agent_core.store import HistoryStore
+from agent_core.tools.base import Toolset
+
+__all__ = ["EventSink", "LoopLimits", "Runtime", "TurnRequest"]
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[RunEvent], Awaitable[None]]
+"""Receives every event of a run, in order (for progress cards and audit)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopLimits:
+    """Bounds on one turn."""
+
+    max_model_requests: int = 25
+    """A turn that needs more model requests than this fails with a clear message."""
+    steer_cancels_tools: bool = True
+    """A steer cancels interruptible tools of the open batch (must-complete ones finish), so the
+    worst-case steer latency is the longest must-complete call rather than the whole batch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnRequest:
+    """One turn to run for a session."""
+
+    session_id: str
+    turn_id: str
+    inputs: tuple[UserMessage, ...] = ()
+    """New messages that start this turn (the task); empty for a continuation."""
+
+
+@dataclass(eq=False)
+class _TurnContext:
+    """What tools see of their turn (`agent_core.tools.base.ToolContext`)."""
+
+    session_id: str
+    turn_id: str
+    signals: TurnSignals
+
+    def raise_dispatch(self) -> None:
+        self.signals.raise_local(Signal.DISPATCH)
+
+    def raise_await(self) -> None:
+        self.signals.raise_local(Signal.AWAIT)
+
+
+@dataclass(eq=False)
+class _Run:
+    """The mutable state of one run."""
+
+    request: TurnRequest
+    signals: TurnSignals
+    diag: RunDiagnostics
+    history: list[Message] = field(default_factory=list)
+    ledger: BalanceLedger = field(default_factory=BalanceLedger)
+    call_ids: set[str] = field(default_factory=set)
+
+
+_CUT_RESULTS: dict[Signal, RunResult] = {
+    Signal.STEER: Steered(),
+    Signal.DRAIN: Drained(),
+    Signal.DISPATCH: Dispatched(),
+    Signal.AWAIT: Awaiting(),
+}
+
+
+class Runtime:
+    """Runs turns for sessions. Safe to share across concurrent turns of different sessions."""
+
+    def __init__(
+        self,
+        *,
+        model: ChatModel,
+        redis: aioredis.Redis,
+        toolset: Toolset,
+        instructions: str = "",
+        limits: LoopLimits | None = None,
+        keys: Keys | None = None,
+        sink: EventSink | None = None,
+    ) -> None:
+        self._model = model
+        self._redis = redis
+        self._keys = keys or Keys()
+        self._store = HistoryStore(redis, self._keys)
+        self._toolset = toolset
+        self._instructions = instructions
+        self._limits = limits or LoopLimits()
+        self._sink = sink
+
+    @property
+    def store(self) -> HistoryStore:
+        """The history store this runtime writes to."""
+        return self._store
+
+    def signals_for(self, request: TurnRequest) -> TurnSignals:
+        """Create the interrupt state for a turn (the caller may raise drain on it)."""
+        return TurnSignals(
+            redis=self._redis,
+            session_id=request.session_id,
+            turn_id=request.turn_id,
+            keys=self._keys,
+            steer_cancels_tools=self._limits.steer_cancels_tools,
+        )
+
+    async def run(self, request: TurnRequest, signals: TurnSignals | None = None) -> RunOutcome:
+        """Run one turn to its end and return how it ended, with its diagnostics."""
+        run = _Run(
+            request=request,
+            signals=signals or self.signals_for(request),
+            diag=RunDiagnostics(session_id=request.session_id, turn_id=request.turn_id),
+        )
+        run.signals.on_stop = lambda by: run.diag.note("stop_accepted", by)
+        try:
+            async with run.signals.watching():
+                result = await self._run(run)
+        except AgentError as exc:
+            log.warning("turn %s failed: %s", request.turn_id, exc)
+            result = Failed(str(exc))
+        run.diag.ended_at = datetime.now(UTC)
+        run.diag.note("end", type(result).__name__)
+        return RunOutcome(result=result, diagnostics=run.diag)
+
+    async def _run(self, run: _Run) -> RunResult:
+        start = await self._store.begin_turn(
+            run.request.session_id, run.request.turn_id, run.request.inputs
+        )
+        if start.tombstoned:
+            run.diag.note("tombstoned")
+            return Cancelled(by="stop recorded before the turn started")
+        run.history = await self._checked(run, start.history)
+        run.call_ids = {
+            c.id for m in run.history if isinstance(m, AssistantMessage) for c in m.tool_calls
+        }
+        if (cut := await self._cut(run, "start")) is not None:
+            return cut
+        repaired_after_rejection = False
+        while True:
+            if run.signals.stop.is_set():
+                return Stopped(by=run.signals.stopped_by)
+            if run.diag.model_requests >= self._limits.max_model_requests:
+                return Failed(
+                    f"step limit reached ({self._limits.max_model_requests} model "
+                    "requests) without a final answer"
+                )
+            try:
+                response = await self._request(run)
+            except HistoryRejected as exc:
+                if repaired_after_rejection:
+                    return Failed(f"the model provider rejected the conversation history: {exc}")
+                repaired_after_rejection = True
+                run.history = await self._repaired(run, run.history, forced=True)
+                continue
+            if response is None:
+                return Stopped(by=run.signals.stopped_by)
+            if (result := await self._handle(run, response)) is not None:
+                return result
+
+    async def _handle(self, run: _Run, response: ModelResponse) -> RunResult | None:
+        """Book one model response; run its batch; return a result when the turn ends."""
+        calls = unique_call_ids(response.message.tool_calls, run.call_ids)
+        message = AssistantMessage(content=response.message.content, tool_calls=calls)
+        parts: list[Part] = [TextPart(text=message.content)] if message.content else []
+        parts += [FunctionCallPart(call=c) for c in calls]
+        final = RunEvent(source=EventSource.MODEL, parts=tuple(parts))
+        await self._observe(run, final)
+        if not calls:
+            await self._store.append_closed(run.request.session_id, run.request.turn_id, [message])
+            run.history.append(message)
+            return Completed(answer=message.content, final_event_id=final.id)
+        results = await self._run_batch(run, message)
+        await self._store.append_closed(
+            run.request.session_id, run.request.turn_id, [message, *results]
+        )
+        run.history += [message, *results]
+        if run.signals.stop.is_set():
+            return Stopped(by=run.signals.stopped_by)
+        return await self._cut(run, "batch_closed")
+
+    async def _run_batch(self, run: _Run, message: AssistantMessage) -> list[ToolMessage]:
+        closed = False
+
+        async def on_result(result: ToolMessage) -> None:
+            nonlocal closed
+            event = RunEvent(
+                source=EventSource.TOOL, parts=(FunctionResponsePart(response=result),)
+            )
+            closed = await self._observe(run, event)
+            try:
+                await self._store.journal_result(run.request.turn_id, result)
+            except AgentError as exc:  # the journal only saves re-runs; the commit decides
+                run.diag.journal_failures += 1
+                log.warning("journal write failed for %s: %s", result.call_id, exc)
+
+        await self._store.journal_batch(run.request.turn_id, message)
+        ctx = _TurnContext(run.request.session_id, run.request.turn_id, run.signals)
+        results = await run_batch(
+            message.tool_calls, self._toolset, ctx, run.signals, run.diag, on_result
+        )
+        assert closed and not run.ledger.is_open, "a batch ended without closing the balance"
+        return results
+
+    async def _request(self, run: _Run) -> ModelResponse | None:
+        """Make one model request, or return None when a stop aborted it."""
+        messages = await self._checked(run, run.history)
+        if self._instructions:
+            messages = [SystemMessage(content=self._instructions), *messages]
+        run.diag.model_requests += 1
+        run.diag.note("model_request", str(run.diag.model_requests))
+
+        async def on_delta(text: str) -> None:
+            delta = RunEvent(source=EventSource.MODEL, parts=(TextPart(text=text),), partial=True)
+            await self._observe(run, delta)
+
+        outcome = await until_set(
+            run.signals.stop, self._model.respond(messages, self._toolset, on_delta)
+        )
+        if outcome is INTERRUPTED:
+            run.diag.note("model_aborted", run.signals.stopped_by)
+            return None
+        assert isinstance(outcome, ModelResponse)
+        run.diag.usage += outcome.usage
+        return outcome
+
+    async def _observe(self, run: _Run, event: RunEvent) -> bool:
+        """Book one event: count it, move the balance, forward it. True at a zero-crossing."""
+        run.diag.events += 1
+        closed = run.ledger.observe(event)
+        if self._sink is not None:
+            await self._sink(event)
+        return closed
+
+    async def _cut(self, run: _Run, site: str) -> RunResult | None:
+        """The one place signals are probed. Only called with no call open."""
+        assert not run.ledger.is_open, "signals may only be probed at a cut"
+        found = await run.signals.probe()
+        run.diag.probes.append(ProbePoint(run.diag.events, run.ledger.balance, site, found))
+        if found is None:
+            return None
+        run.diag.stamp_cut(found)
+        if found is Signal.STOP:
+            return Stopped(by=run.signals.stopped_by)
+        return _CUT_RESULTS[found]
+
+    async def _checked(self, run: _Run, history: list[Message]) -> list[Message]:
+        """Validate a history before it is used; repair (and persist the repair) if needed."""
+        try:
+            validate_history(history)
+        except HistoryError:
+            return await self._repaired(run, history, forced=False)
+        return history
+
+    async def _repaired(
+        self, run: _Run, history: Sequence[Message], *, forced: bool
+    ) -> list[Message]:
+        report = repair_history(list(history))
+        changes = list(report.changes) or (["no change found; retrying once"] if forced else [])
+        run.diag.repairs += changes
+        run.diag.note("repair", "; ".join(changes))
+        if report.changes:
+            await self._store.replace(run.request.session_id, report.messages)
+        return list(report.messages)

@@ -1,0 +1,146 @@
+"""The session store in Redis: closed histories, the open batch's journal, turn start.
+
+Contract (DESIGN.md invariant 1): the persisted history of a session is always closed. Messages
+are appended only in closed groups (a final answer, or an assistant message together with every
+one of its tool results, in one `MULTI`). While a batch is open its assistant message and each
+result, as it arrives, go to a per-turn journal instead, so a resumed turn need not re-run tools
+that already finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from agent_core.errors import StoreError
+from agent_core.keys import Keys
+from agent_core.messages import (
+    AssistantMessage,
+    Message,
+    ToolMessage,
+    UserMessage,
+    dump_message,
+    load_message,
+)
+
+__all__ = ["HistoryStore", "TurnStart", "map_redis_errors"]
+
+TURN_KEY_TTL_S = 7 * 24 * 3600
+"""How long per-turn bookkeeping (begun marker, journal) is kept."""
+
+# Starts a turn in one round trip: refuses a tombstoned turn, appends the turn's inputs once
+# (a re-run of the same turn id does not append them again), moves every queued steer into the
+# history in arrival order, and returns the history.
+_BEGIN_TURN = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {1, {}, 0} end
+if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
+  for i = 2, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+end
+local steers = redis.call('LRANGE', KEYS[4], 0, -1)
+for _, item in ipairs(steers) do redis.call('RPUSH', KEYS[3], item) end
+if #steers > 0 then redis.call('DEL', KEYS[4]) end
+return {0, redis.call('LRANGE', KEYS[3], 0, -1), #steers}
+"""
+
+
+@contextmanager
+def map_redis_errors(action: str) -> Iterator[None]:
+    """Translate redis-py exceptions into `StoreError`."""
+    try:
+        yield
+    except RedisError as exc:
+        raise StoreError(f"{action}: {type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStart:
+    """What `HistoryStore.begin_turn` found."""
+
+    tombstoned: bool
+    """A stop was recorded for the turn before it started."""
+    history: list[Message]
+    """The session's history including this turn's inputs and absorbed steers."""
+    steers: int
+    """How many queued steer messages were moved into the history."""
+
+
+class HistoryStore:
+    """Reads and writes session histories and open-batch journals."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys | None = None) -> None:
+        self._redis = redis
+        self._keys = keys or Keys()
+        self._begin = redis.register_script(_BEGIN_TURN)
+
+    async def begin_turn(
+        self, session_id: str, turn_id: str, inputs: Sequence[UserMessage] = ()
+    ) -> TurnStart:
+        """Start a turn: check its tombstone, append inputs and queued steers, load history."""
+        k = self._keys
+        keys = [k.tombstone(turn_id), k.begun(turn_id), k.history(session_id), k.steers(session_id)]
+        args: list[str | int] = [TURN_KEY_TTL_S, *(dump_message(m) for m in inputs)]
+        with map_redis_errors("begin turn"):
+            tombstoned, raw, steers = await self._begin(keys=keys, args=args)
+        history = [load_message(item) for item in raw]
+        return TurnStart(tombstoned=bool(tombstoned), history=history, steers=int(steers))
+
+    async def load(self, session_id: str) -> list[Message]:
+        """Return the session's persisted history."""
+        with map_redis_errors("load history"):
+            raw = await self._redis.lrange(self._keys.history(session_id), 0, -1)
+        return [load_message(item) for item in raw]
+
+    async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
+        """Overwrite the history (after a repair) atomically."""
+        key = self._keys.history(session_id)
+        with map_redis_errors("replace history"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                if messages:
+                    pipe.rpush(key, *(dump_message(m) for m in messages))
+                await pipe.execute()
+
+    async def append_closed(
+        self, session_id: str, turn_id: str, messages: Sequence[Message]
+    ) -> None:
+        """Append one closed group (final answer, or a call batch with all its results)."""
+        with map_redis_errors("append history"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.rpush(self._keys.history(session_id), *(dump_message(m) for m in messages))
+                pipe.delete(self._keys.journal(turn_id))
+                await pipe.execute()
+
+    async def journal_batch(self, turn_id: str, message: AssistantMessage) -> None:
+        """Record the assistant message whose calls are about to run."""
+        key = self._keys.journal(turn_id)
+        with map_redis_errors("journal batch"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(key)
+                pipe.hset(key, "batch", dump_message(message))
+                pipe.expire(key, TURN_KEY_TTL_S)
+                await pipe.execute()
+
+    async def journal_result(self, turn_id: str, result: ToolMessage) -> None:
+        """Record one finished call of the open batch as it arrives."""
+        with map_redis_errors("journal result"):
+            await self._redis.hset(
+                self._keys.journal(turn_id), result.call_id, dump_message(result)
+            )
+
+    async def journal(self, turn_id: str) -> tuple[AssistantMessage | None, dict[str, ToolMessage]]:
+        """Return the open batch of a turn and the results journaled so far."""
+        with map_redis_errors("read journal"):
+            raw = await self._redis.hgetall(self._keys.journal(turn_id))
+        batch: AssistantMessage | None = None
+        results: dict[str, ToolMessage] = {}
+        for value in raw.values():
+            message = load_message(value)
+            if isinstance(message, AssistantMessage):
+                batch = message
+            elif isinstance(message, ToolMessage):
+                results[message.call_id] = message
+        return batch, results

@@ -1,0 +1,44 @@
+"""The one `Settings` object: every environment variable of the external contract.
+
+Built once at start-up (`Settings()`); nothing else reads `os.environ`. A `.env` file in the
+working directory is read too. Secrets are `SecretStr`, so they never appear in reprs or logs.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """Configuration from the environment (names as in DESIGN.md §5)."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    redis_url: str | None = Field(default=None, validation_alias="REDIS_URL")
+    """Unset: an embedded Redis is started for local use."""
+    openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
+    openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
+    model: str = Field(default="gpt-4o-mini", validation_alias="CHATOPS_MODEL")
+    slack_bot_token: SecretStr | None = Field(default=None, validation_alias="SLACK_BOT_TOKEN")
+    slack_signing_secret: SecretStr | None = Field(
+        default=None, validation_alias="SLACK_SIGNING_SECRET"
+    )
+    slack_app_token: SecretStr | None = Field(default=None, validation_alias="SLACK_APP_TOKEN")
+    slack_api_url: str | None = Field(default=None, validation_alias="SLACK_API_URL")
+    feishu_app_id: str | None = Field(default=None, validation_alias="FEISHU_APP_ID")
+    feishu_app_secret: SecretStr | None = Field(default=None, validation_alias="FEISHU_APP_SECRET")
+    feishu_verification_token: SecretStr | None = Field(
+        default=None, validation_alias="FEISHU_VERIFICATION_TOKEN"
+    )
+    feishu_encrypt_key: SecretStr | None = Field(
+        default=None, validation_alias="FEISHU_ENCRYPT_KEY"
+    )
+    feishu_domain: str | None = Field(default=None, validation_alias="FEISHU_DOMAIN")
+    http_allowlist: str = Field(
+        default="", validation_alias=AliasChoices("CHATOPS_HTTP_ALLOWLIST", "http_allowlist")
+    )
+    """Comma-separated `host` or `host:port` entries the `http_get` tool may reach."""
+    lease_ttl_s: float = Field(default=30.0, gt=0, validation_alias="CHATOPS_LEASE_TTL_S")

@@ -1,0 +1,1 @@
+"""The chatops test suite."""

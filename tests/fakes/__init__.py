@@ -1,0 +1,1 @@
+"""Protocol-faithful servers for the three outside boundaries (LLM provider, Slack, Feishu)."""

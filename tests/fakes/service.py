@@ -1,0 +1,130 @@
+"""A small HTTP service for the `http_get` tool to investigate, with controllable slowness.
+
+`GET /hold/<name>` answers only when the test releases `<name>` (or after 30 s); `GET /ok`
+answers at once; anything else is 404. Every request is recorded when it arrives and when it is
+answered or abandoned, so tests can check which probes ran and in what order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+__all__ = ["Hit", "SlowService", "slow_service"]
+
+HOLD_LIMIT_S = 30.0
+
+
+@dataclass
+class Hit:
+    """One request the service received."""
+
+    path: str
+    arrived_at: float
+    outcome: str = "open"
+    """`open`, `answered` or `abandoned` (the client went away first)."""
+
+
+@dataclass(eq=False)
+class SlowService:
+    """The running service; all methods are called on the test's event loop."""
+
+    port: int = 0
+    hits: list[Hit] = field(default_factory=list)
+    _gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    _arrivals: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _server: asyncio.Server | None = None
+    _writers: set[asyncio.StreamWriter] = field(default_factory=set)
+
+    def url(self, path: str) -> str:
+        """Absolute URL of `path` on this service."""
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def release(self, name: str) -> None:
+        """Let every request held on `/hold/<name>` answer."""
+        self._gate(name).set()
+
+    async def wait_for_hits(self, count: int) -> None:
+        """Wait (up to 10 s) until at least `count` requests have arrived."""
+        async with asyncio.timeout(10.0), self._arrivals:
+            await self._arrivals.wait_for(lambda: len(self.hits) >= count)
+
+    def _gate(self, name: str) -> asyncio.Event:
+        return self._gates.setdefault(name, asyncio.Event())
+
+    async def start(self) -> None:
+        """Listen on a free loopback port."""
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        """Stop listening and drop open connections."""
+        if self._server is not None:
+            self._server.close()
+            for writer in self._writers:
+                writer.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            request_line = await reader.readline()
+            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                pass
+            path = request_line.decode().split(" ")[1] if request_line else "/"
+            hit = Hit(path=path, arrived_at=time.monotonic())
+            async with self._arrivals:
+                self.hits.append(hit)
+                self._arrivals.notify_all()
+            status, body = await self._respond(path, reader)
+            if status == 0:
+                hit.outcome = "abandoned"
+                return
+            payload = body.encode()
+            writer.write(
+                f"HTTP/1.1 {status} {'OK' if status == 200 else 'Not Found'}\r\n"
+                f"Content-Type: text/plain\r\nContent-Length: {len(payload)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + payload
+            )
+            await writer.drain()
+            hit.outcome = "answered"
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _respond(self, path: str, reader: asyncio.StreamReader) -> tuple[int, str]:
+        if path == "/ok":
+            return 200, "service healthy"
+        if path.startswith("/hold/"):
+            name = path.removeprefix("/hold/")
+            loop = asyncio.get_running_loop()
+            gate = loop.create_task(self._gate(name).wait())  # both drained below
+            gone = loop.create_task(reader.read(1))  # EOF: the client went away
+            try:
+                done, _ = await asyncio.wait(
+                    {gate, gone}, timeout=HOLD_LIMIT_S, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                gate.cancel()
+                gone.cancel()
+                await asyncio.wait({gate, gone})
+            if gate in done:
+                return 200, f"upstream {name}: connection pool exhausted (503 from db-primary)"
+            return 0, ""
+        return 404, "not found"
+
+
+@pytest.fixture
+async def slow_service() -> AsyncIterator[SlowService]:
+    """A started `SlowService` on a free loopback port."""
+    service = SlowService()
+    await service.start()
+    yield service
+    await service.close()
