@@ -272,11 +272,14 @@ class Runtime:
         outcome = await until_set(
             run.signals.stop, self._model.respond(messages, self._toolset, on_delta)
         )
-        if outcome is INTERRUPTED:
+        if isinstance(outcome, ModelResponse):
+            run.diag.usage += outcome.usage  # tokens were spent even if the response is dropped
+        if outcome is INTERRUPTED or run.signals.stop.is_set():
+            # A stop accepted while the response streamed wins, even if the stream just ended.
             run.diag.note("model_aborted", run.signals.stopped_by)
             return None
         assert isinstance(outcome, ModelResponse)
-        run.diag.usage += outcome.usage
+        run.diag.note("model_response", outcome.response_id)
         return outcome
 
     async def _observe(self, run: _Run, event: RunEvent) -> bool:
