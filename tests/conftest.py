@@ -87,3 +87,10 @@ async def redis_client(redis_server: str) -> AsyncIterator[aioredis.Redis]:
     await client.flushall()
     yield client
     await client.aclose()
+
+
+@pytest.fixture(autouse=True)
+def _no_real_model_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point any client built from the environment at a closed local port, never a real API."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-only")
