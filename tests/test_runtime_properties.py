@@ -34,6 +34,7 @@ from agent_core import (
     Failed,
     Interruptibility,
     LoopLimits,
+    Message,
     RunEvent,
     RunOutcome,
     Runtime,
@@ -119,7 +120,9 @@ def _script(drawn: list[list[tuple[str, str, int]]], session: str) -> list[Assis
     return [*script, text("final answer")]
 
 
-async def _scenario(url: str, drawn, plan) -> tuple[RunOutcome, Observed, list, ScriptedModel]:
+async def _scenario(
+    url: str, drawn, plan
+) -> tuple[RunOutcome, Observed, list[Message], ScriptedModel]:
     session, turn = f"s-{uuid.uuid4().hex}", f"t-{uuid.uuid4().hex}"
     client = aioredis.Redis.from_url(url)
     control = ControlPlane(client)
