@@ -245,5 +245,7 @@ class TurnSignals:
             by = tomb.decode() if isinstance(tomb, bytes) else str(tomb or "stop")
             self.accept_stop(by)
         elif note == "steer" and self.steer_cancels_tools:
-            self._abort("a steer")
+            # Only a steer still queued may cancel tools: a ring can outlive its steer.
+            if await self.redis.llen(self.keys.steers(self.session_id)):
+                self._abort("a steer")
         # Rings for other turns of the session are stale wake-ups: the records decide.

@@ -34,8 +34,11 @@ TURN_KEY_TTL_S = 7 * 24 * 3600
 
 # Starts a turn in one round trip: refuses a tombstoned turn, appends the turn's inputs once
 # (a re-run of the same turn id does not append them again), moves every queued steer into the
-# history in arrival order, and returns the history.
+# history in arrival order, and returns the history. It also empties the session's bell: any
+# ring so far is answered by this very script (the tombstone it checks, the steers it absorbs),
+# and a stale steer ring would otherwise cancel the new turn's tools.
 _BEGIN_TURN = """
+redis.call('DEL', KEYS[5])
 if redis.call('EXISTS', KEYS[1]) == 1 then return {1, {}, 0} end
 if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
   for i = 2, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
@@ -81,7 +84,13 @@ class HistoryStore:
     ) -> TurnStart:
         """Start a turn: check its tombstone, append inputs and queued steers, load history."""
         k = self._keys
-        keys = [k.tombstone(turn_id), k.begun(turn_id), k.history(session_id), k.steers(session_id)]
+        keys = [
+            k.tombstone(turn_id),
+            k.begun(turn_id),
+            k.history(session_id),
+            k.steers(session_id),
+            k.bell(session_id),
+        ]
         args: list[str | int] = [TURN_KEY_TTL_S, *(dump_message(m) for m in inputs)]
         with map_redis_errors("begin turn"):
             tombstoned, raw, steers = await self._begin(keys=keys, args=args)

@@ -465,3 +465,22 @@ async def test_steer_is_delivered_as_a_correction_from_a_named_person(
         UserKind.STEER,
         UserKind.STEER,
     ]
+
+
+async def test_a_steer_absorbed_at_turn_start_does_not_cancel_that_turns_tools(
+    make_runtime, fake_llm, slow_service, control
+) -> None:
+    """Regression: the steer's wake-up ring outlived the steer and aborted every later tool."""
+    await control.steer(SESSION, "quick follow-up while nothing ran", author="bob")
+    fake_llm.script(
+        fp.ToolCallsReply([get(slow_service.url("/ok"))]),
+        fp.ToolCallsReply([get(slow_service.url("/ok"))]),
+        fp.TextReply("done"),
+    )
+    runtime = make_runtime()
+    outcome = await runtime.run(TurnRequest(session_id=SESSION, turn_id="t1", inputs=task()))
+    assert isinstance(outcome.result, Completed)
+    history = await runtime.store.load(SESSION)
+    results = [m for m in history if isinstance(m, ToolMessage)]
+    assert [r.status for r in results] == [ToolStatus.OK, ToolStatus.OK]
+    assert [p.found for p in outcome.diagnostics.probes] == [None, None, None]
