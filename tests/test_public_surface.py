@@ -57,3 +57,23 @@ def test_settings_read_the_contract_names(monkeypatch: pytest.MonkeyPatch) -> No
     assert "sk-secret" not in repr(settings)
     assert settings.http_allowlist == "a.example,b.example:8080"
     assert settings.lease_ttl_s == 12.5 and settings.model == "m-1"
+
+
+async def test_model_client_is_built_from_the_environment(monkeypatch, fake_llm) -> None:
+    from agent_core import Toolset, UserMessage
+    from bot.model import build_chat_model
+    from tests.fakes.openai_provider import TextReply
+
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_llm.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    monkeypatch.setenv("CHATOPS_MODEL", "model-from-env")
+    fake_llm.script(TextReply("hello"))
+    model, client = build_chat_model(Settings(_env_file=None))
+    try:
+        response = await model.respond([UserMessage(content="hi")], Toolset.of([]))
+    finally:
+        await client.close()
+    assert response.message.content == "hello"
+    request = fake_llm.requests[0]
+    assert request.body["model"] == "model-from-env"
+    assert request.headers["authorization"] == "Bearer sk-from-env"
