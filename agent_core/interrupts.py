@@ -111,7 +111,9 @@ class ControlPlane:
         """Stop a turn, whether it is queued, running or not yet created (a tombstone)."""
         with map_redis_errors("record stop"):
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.set(self._keys.tombstone(turn_id), by or "stop", ex=TOMBSTONE_TTL_S)
+                pipe.set(
+                    self._keys.tombstone(session_id, turn_id), by or "stop", ex=TOMBSTONE_TTL_S
+                )
                 self._ring(pipe, session_id, f"stop:{turn_id}")
                 await pipe.execute()
 
@@ -128,7 +130,7 @@ class ControlPlane:
         """Ask a live turn to suspend at its next cut so another worker can resume it."""
         with map_redis_errors("request drain"):
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.set(self._keys.drain(turn_id), "1", ex=TOMBSTONE_TTL_S)
+                pipe.set(self._keys.drain(session_id, turn_id), "1", ex=TOMBSTONE_TTL_S)
                 self._ring(pipe, session_id, f"drain:{turn_id}")
                 await pipe.execute()
 
@@ -183,9 +185,9 @@ class TurnSignals:
         k = self.keys
         with map_redis_errors("probe signals"):
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.get(k.tombstone(self.turn_id))
+                pipe.get(k.tombstone(self.session_id, self.turn_id))
                 pipe.llen(k.steers(self.session_id))
-                pipe.exists(k.drain(self.turn_id))
+                pipe.exists(k.drain(self.session_id, self.turn_id))
                 tomb, steers, drain = await pipe.execute()
         if tomb is not None:
             self.accept_stop(tomb.decode() if isinstance(tomb, bytes) else str(tomb))
@@ -241,7 +243,7 @@ class TurnSignals:
 
     async def _on_ring(self, note: str) -> None:
         if note == f"stop:{self.turn_id}":
-            tomb = await self.redis.get(self.keys.tombstone(self.turn_id))
+            tomb = await self.redis.get(self.keys.tombstone(self.session_id, self.turn_id))
             by = tomb.decode() if isinstance(tomb, bytes) else str(tomb or "stop")
             self.accept_stop(by)
         elif note == "steer" and self.steer_cancels_tools:

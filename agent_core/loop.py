@@ -244,12 +244,14 @@ class Runtime:
             )
             closed = await self._observe(run, event)
             try:
-                await self._store.journal_result(run.request.turn_id, result)
+                await self._store.journal_result(
+                    run.request.session_id, run.request.turn_id, result
+                )
             except AgentError as exc:  # the journal only saves re-runs; the commit decides
                 run.diag.journal_failures += 1
                 log.warning("journal write failed for %s: %s", result.call_id, exc)
 
-        await self._store.journal_batch(run.request.turn_id, message)
+        await self._store.journal_batch(run.request.session_id, run.request.turn_id, message)
         ctx = _TurnContext(run.request.session_id, run.request.turn_id, run.signals)
         results = await run_batch(
             message.tool_calls, self._toolset, ctx, run.signals, run.diag, on_result

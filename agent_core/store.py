@@ -85,8 +85,8 @@ class HistoryStore:
         """Start a turn: check its tombstone, append inputs and queued steers, load history."""
         k = self._keys
         keys = [
-            k.tombstone(turn_id),
-            k.begun(turn_id),
+            k.tombstone(session_id, turn_id),
+            k.begun(session_id, turn_id),
             k.history(session_id),
             k.steers(session_id),
             k.bell(session_id),
@@ -120,12 +120,12 @@ class HistoryStore:
         with map_redis_errors("append history"):
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.rpush(self._keys.history(session_id), *(dump_message(m) for m in messages))
-                pipe.delete(self._keys.journal(turn_id))
+                pipe.delete(self._keys.journal(session_id, turn_id))
                 await pipe.execute()
 
-    async def journal_batch(self, turn_id: str, message: AssistantMessage) -> None:
+    async def journal_batch(self, session_id: str, turn_id: str, message: AssistantMessage) -> None:
         """Record the assistant message whose calls are about to run."""
-        key = self._keys.journal(turn_id)
+        key = self._keys.journal(session_id, turn_id)
         with map_redis_errors("journal batch"):
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(key)
@@ -133,17 +133,19 @@ class HistoryStore:
                 pipe.expire(key, TURN_KEY_TTL_S)
                 await pipe.execute()
 
-    async def journal_result(self, turn_id: str, result: ToolMessage) -> None:
+    async def journal_result(self, session_id: str, turn_id: str, result: ToolMessage) -> None:
         """Record one finished call of the open batch as it arrives."""
         with map_redis_errors("journal result"):
             await self._redis.hset(
-                self._keys.journal(turn_id), result.call_id, dump_message(result)
+                self._keys.journal(session_id, turn_id), result.call_id, dump_message(result)
             )
 
-    async def journal(self, turn_id: str) -> tuple[AssistantMessage | None, dict[str, ToolMessage]]:
+    async def journal(
+        self, session_id: str, turn_id: str
+    ) -> tuple[AssistantMessage | None, dict[str, ToolMessage]]:
         """Return the open batch of a turn and the results journaled so far."""
         with map_redis_errors("read journal"):
-            raw = await self._redis.hgetall(self._keys.journal(turn_id))
+            raw = await self._redis.hgetall(self._keys.journal(session_id, turn_id))
         batch: AssistantMessage | None = None
         results: dict[str, ToolMessage] = {}
         for value in raw.values():

@@ -28,6 +28,7 @@ from agent_core import (
     Failed,
     HostAllowlist,
     Interruptibility,
+    Keys,
     LoopLimits,
     OpenAIChatModel,
     Runtime,
@@ -376,7 +377,7 @@ async def test_legacy_broken_history_is_repaired_before_the_request(
         tool_calls=(ToolCall(id="call_old", name="http_get", arguments='{"url": "http://x"}'),)
     )
     await redis_client.rpush(
-        f"chatops:history:{SESSION}",
+        Keys().history(SESSION),
         dump_message(UserMessage(content="earlier question")),
         dump_message(dangling),
     )
@@ -435,7 +436,7 @@ async def test_journal_keeps_finished_results_of_the_open_batch(
     )
     await slow_service.wait_for_hits(2)
     while True:  # the /ok result is journaled as soon as it arrives
-        batch, results = await runtime.store.journal("t1")
+        batch, results = await runtime.store.journal(SESSION, "t1")
         if results:
             break
         await asyncio.sleep(0.01)
@@ -444,7 +445,7 @@ async def test_journal_keeps_finished_results_of_the_open_batch(
     assert await runtime.store.load(SESSION) == list(task()), "open batch not in the history"
     slow_service.release("a")
     assert isinstance((await run).result, Completed)
-    assert await redis_client.exists("chatops:journal:t1") == 0
+    assert await redis_client.exists(Keys().journal(SESSION, "t1")) == 0
 
 
 async def test_steer_is_delivered_as_a_correction_from_a_named_person(
