@@ -92,7 +92,14 @@ async def _answer_one(
             call, f"error: unknown tool {call.name!r} (offered: {offered})", ToolStatus.ERROR
         )
     else:
-        result = await _execute(call, tool, ctx, signals, diag)
+        try:
+            result = await _execute(call, tool, ctx, signals, diag)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the batch itself is being cancelled
+            # The tool awaited something another party cancelled: its call must still close.
+            result = _answer(call, "error: the tool was cancelled unexpectedly", ToolStatus.ERROR)
     done.put_nowait(result)
 
 

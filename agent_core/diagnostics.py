@@ -63,6 +63,7 @@ class RunDiagnostics:
     usage: Usage = field(default_factory=Usage)
     repairs: list[str] = field(default_factory=list)
     journal_failures: int = 0
+    sink_failures: int = 0
     trace: list[TraceEntry] = field(default_factory=list)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     ended_at: datetime | None = None

@@ -7,7 +7,7 @@ counts only final events (see `agent_core.ledger`).
 
 from __future__ import annotations
 
-import itertools
+import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -21,8 +21,6 @@ __all__ = [
     "RunEvent",
     "TextPart",
 ]
-
-_SEQUENCE = itertools.count(1)
 
 
 class EventSource(StrEnum):
@@ -66,8 +64,8 @@ class RunEvent:
     parts: tuple[Part, ...]
     partial: bool = False
     """True for streaming deltas; they never move the balance."""
-    id: str = field(default_factory=lambda: f"ev-{next(_SEQUENCE)}")
-    """Process-unique id; the final answer's id is recorded in the settle record."""
+    id: str = field(default_factory=lambda: f"ev-{uuid.uuid4().hex}")
+    """Globally unique id; the final answer's id goes into the durable settle record."""
 
     @property
     def calls(self) -> tuple[ToolCall, ...]:

@@ -28,12 +28,20 @@ from typing import Final, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from agent_core.errors import StoreError
+from agent_core.errors import AgentError, StoreError
 from agent_core.keys import Keys
 from agent_core.messages import UserKind, UserMessage, dump_message
 from agent_core.store import map_redis_errors
 
-__all__ = ["INTERRUPTED", "PRIORITY", "ControlPlane", "Signal", "TurnSignals", "until_set"]
+__all__ = [
+    "INTERRUPTED",
+    "PRIORITY",
+    "ControlPlane",
+    "Signal",
+    "TurnSignals",
+    "checkpoint",
+    "until_set",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +84,26 @@ INTERRUPTED: Final = _Interrupted()
 """Returned by `until_set` when the event won the race."""
 
 
+def checkpoint() -> None:
+    """Raise `CancelledError` if the current task has a cancellation pending.
+
+    On Python 3.11, `asyncio.wait_for` (which redis-py wraps around socket I/O) can swallow a
+    cancellation that lands just as the awaited operation finishes (CPython gh-86296, fixed in
+    3.12). The runtime calls this at every event and cut, so an outside cancel (worker shutdown,
+    a timeout around the run) is never lost for longer than one step.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def until_set(event: asyncio.Event, work: Coroutine[object, object, T]) -> T | _Interrupted:
     """Run `work` until it finishes or `event` is set, whichever comes first.
 
     When the event wins, `work` is cancelled and drained, and `INTERRUPTED` is returned. When the
-    caller itself is cancelled, both are cancelled and the cancellation propagates.
+    caller itself is cancelled, both are cancelled and the cancellation propagates. When `work`
+    ends cancelled although the event was not set (something else cancelled what it awaited),
+    that is an error, never mistaken for an interrupt.
     """
     loop = asyncio.get_running_loop()
     task = loop.create_task(work)  # owned here: cancelled and drained in `finally`
@@ -91,8 +114,11 @@ async def until_set(event: asyncio.Event, work: Coroutine[object, object, T]) ->
         for pending in (task, waiter):
             pending.cancel()
         await asyncio.wait({task, waiter})
+    checkpoint()
     if task.cancelled():
-        return INTERRUPTED
+        if event.is_set():
+            return INTERRUPTED
+        raise AgentError("the awaited work was cancelled without a stop or steer")
     return task.result()
 
 
@@ -123,6 +149,7 @@ class ControlPlane:
         with map_redis_errors("queue steer"):
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.rpush(self._keys.steers(session_id), dump_message(message))
+                pipe.expire(self._keys.steers(session_id), TOMBSTONE_TTL_S)
                 self._ring(pipe, session_id, "steer")
                 await pipe.execute()
 
@@ -206,45 +233,66 @@ class TurnSignals:
 
         The watcher is stopped cooperatively (a closing flag plus a ring of the bell) rather
         than by cancelling its blocking read: redis-py can lose a cancellation delivered in the
-        middle of a blocking command, which would leave the watcher running after its turn.
-        Cancellation stays the fallback, and the watcher re-checks for a pending cancel before
-        every read.
+        middle of a blocking command. The shutdown is shielded and time-bounded (`asyncio.shield`
+        rather than an anyio scope, which would absorb the caller's cancellation), so a second
+        cancellation of the caller cannot leave the watcher running after its turn.
         """
-        watcher = asyncio.get_running_loop().create_task(self._watch())
+        self._closing = False
+        loop = asyncio.get_running_loop()
+        watcher = loop.create_task(self._watch())
         try:
             yield
         finally:
             self._closing = True
+            stopping = loop.create_task(self._stop_watcher(watcher))
             try:
-                with map_redis_errors("wake watcher"):
-                    await self.redis.rpush(self.keys.bell(self.session_id), f"wake:{self.turn_id}")
-            except StoreError as exc:
-                log.warning("could not wake the signal watcher: %s", exc)
-            done, _ = await asyncio.wait({watcher}, timeout=WATCH_BLOCK_S + 1)
-            if not done:
-                watcher.cancel()
-                await asyncio.wait({watcher})
+                await asyncio.shield(stopping)
+            except asyncio.CancelledError:
+                await asyncio.wait({stopping})  # bounded: finish the cleanup, then propagate
+                raise
+
+    async def _stop_watcher(self, watcher: asyncio.Task[None]) -> None:
+        await self._wake()
+        done, _ = await asyncio.wait({watcher}, timeout=WATCH_BLOCK_S + 1)
+        if not done:
+            watcher.cancel()
+            await asyncio.wait({watcher})
+        if not watcher.cancelled() and watcher.exception() is not None:
+            log.error("signal watcher failed", exc_info=watcher.exception())
+
+    async def _wake(self) -> None:
+        bell = self.keys.bell(self.session_id)
+        try:
+            with map_redis_errors("wake watcher"):
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    pipe.rpush(bell, f"wake:{self.turn_id}")
+                    pipe.expire(bell, BELL_TTL_S)
+                    await pipe.execute()
+        except StoreError as exc:
+            log.warning("could not wake the signal watcher: %s", exc)
 
     async def _watch(self) -> None:
         """Block on the session's bell and react to rings until closed."""
         bell = self.keys.bell(self.session_id)
-        task = asyncio.current_task()
         while not self._closing:
-            if task is not None and task.cancelling():
-                raise asyncio.CancelledError
+            checkpoint()
             try:
                 item = await self.redis.blpop([bell], timeout=WATCH_BLOCK_S)
+                if item is not None:
+                    note = item[1].decode() if isinstance(item[1], bytes) else str(item[1])
+                    await self._on_ring(note)
             except RedisError as exc:
                 log.warning("signal watcher: %s; retrying", exc)
                 await asyncio.sleep(0.5)  # back off; the probes still read the durable records
-                continue
-            if item is not None:
-                await self._on_ring(item[1].decode() if isinstance(item[1], bytes) else item[1])
 
     async def _on_ring(self, note: str) -> None:
         if note == f"stop:{self.turn_id}":
-            tomb = await self.redis.get(self.keys.tombstone(self.session_id, self.turn_id))
-            by = tomb.decode() if isinstance(tomb, bytes) else str(tomb or "stop")
+            by = "stop"
+            try:  # who stopped is on the tombstone; the ring alone is proof enough of a stop
+                tomb = await self.redis.get(self.keys.tombstone(self.session_id, self.turn_id))
+                by = tomb.decode() if isinstance(tomb, bytes) else str(tomb or by)
+            except RedisError as exc:
+                log.warning("stop rang, tombstone unreadable (%s): stopping anyway", exc)
             self.accept_stop(by)
         elif note == "steer" and self.steer_cancels_tools:
             # Only a steer still queued may cancel tools: a ring can outlive its steer.

@@ -31,7 +31,7 @@ from agent_core.events import (
     TextPart,
 )
 from agent_core.history import validate_history
-from agent_core.interrupts import INTERRUPTED, Signal, TurnSignals, until_set
+from agent_core.interrupts import INTERRUPTED, Signal, TurnSignals, checkpoint, until_set
 from agent_core.keys import Keys
 from agent_core.ledger import BalanceLedger
 from agent_core.llm.client import ChatModel, ModelResponse
@@ -169,16 +169,22 @@ class Runtime:
         )
         run.signals.on_stop = lambda by: run.diag.note("stop_accepted", by)
         try:
-            async with run.signals.watching():
-                result = await self._run(run)
+            result = await self._begin(run)
+            if result is None:
+                # Watch only once the turn has begun: begin_turn itself answers every earlier
+                # ring (tombstone, steers), and the start probe covers the moment in between.
+                async with run.signals.watching():
+                    result = await self._loop(run)
         except AgentError as exc:
             log.warning("turn %s failed: %s", request.turn_id, exc)
             result = Failed(str(exc))
+        checkpoint()  # an outside cancel that a library swallowed on the last step still wins
         run.diag.ended_at = datetime.now(UTC)
         run.diag.note("end", type(result).__name__)
         return RunOutcome(result=result, diagnostics=run.diag)
 
-    async def _run(self, run: _Run) -> RunResult:
+    async def _begin(self, run: _Run) -> RunResult | None:
+        """Start the turn; return `Cancelled` when it was tombstoned, else None."""
         start = await self._store.begin_turn(
             run.request.session_id, run.request.turn_id, run.request.inputs
         )
@@ -189,10 +195,14 @@ class Runtime:
         run.call_ids = {
             c.id for m in run.history if isinstance(m, AssistantMessage) for c in m.tool_calls
         }
+        return None
+
+    async def _loop(self, run: _Run) -> RunResult:
         if (cut := await self._cut(run, "start")) is not None:
             return cut
         repaired_after_rejection = False
         while True:
+            checkpoint()
             if run.signals.stop.is_set():
                 return Stopped(by=run.signals.stopped_by)
             if run.diag.model_requests >= self._limits.max_model_requests:
@@ -256,7 +266,8 @@ class Runtime:
         results = await run_batch(
             message.tool_calls, self._toolset, ctx, run.signals, run.diag, on_result
         )
-        assert closed and not run.ledger.is_open, "a batch ended without closing the balance"
+        if not closed or run.ledger.is_open:
+            raise AgentError("internal: a batch ended without closing the balance")
         return results
 
     async def _request(self, run: _Run) -> ModelResponse | None:
@@ -286,15 +297,22 @@ class Runtime:
 
     async def _observe(self, run: _Run, event: RunEvent) -> bool:
         """Book one event: count it, move the balance, forward it. True at a zero-crossing."""
+        checkpoint()
         run.diag.events += 1
         closed = run.ledger.observe(event)
         if self._sink is not None:
-            await self._sink(event)
+            try:
+                await self._sink(event)
+            except Exception:  # a progress card that fails to update must not end the run
+                run.diag.sink_failures += 1
+                log.exception("event sink failed on %s", event.id)
         return closed
 
     async def _cut(self, run: _Run, site: str) -> RunResult | None:
         """The one place signals are probed. Only called with no call open."""
-        assert not run.ledger.is_open, "signals may only be probed at a cut"
+        checkpoint()
+        if run.ledger.is_open:
+            raise AgentError(f"internal: probe with {run.ledger.balance} call(s) open")
         found = await run.signals.probe()
         run.diag.probes.append(ProbePoint(run.diag.events, run.ledger.balance, site, found))
         if found is None:

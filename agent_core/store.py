@@ -36,9 +36,10 @@ TURN_KEY_TTL_S = 7 * 24 * 3600
 # (a re-run of the same turn id does not append them again), moves every queued steer into the
 # history in arrival order, and returns the history. It also empties the session's bell: any
 # ring so far is answered by this very script (the tombstone it checks, the steers it absorbs),
-# and a stale steer ring would otherwise cancel the new turn's tools.
+# and a stale steer ring would otherwise cancel the new turn's tools. A drain request is for the
+# run that was live when it was made: a resumed run of the same turn starts without it.
 _BEGIN_TURN = """
-redis.call('DEL', KEYS[5])
+redis.call('DEL', KEYS[5], KEYS[6])
 if redis.call('EXISTS', KEYS[1]) == 1 then return {1, {}, 0} end
 if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
   for i = 2, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
@@ -90,6 +91,7 @@ class HistoryStore:
             k.history(session_id),
             k.steers(session_id),
             k.bell(session_id),
+            k.drain(session_id, turn_id),
         ]
         args: list[str | int] = [TURN_KEY_TTL_S, *(dump_message(m) for m in inputs)]
         with map_redis_errors("begin turn"):

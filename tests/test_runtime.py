@@ -185,8 +185,6 @@ async def test_steer_without_cancelling_tools_waits_for_the_batch(
     )
     await slow_service.wait_for_hits(2)
     await control.steer(SESSION, "also check the CDN", author="carol")
-    await asyncio.sleep(0)
-    assert not run.done()
     slow_service.release("a")
     slow_service.release("b")
     outcome = await run
@@ -218,7 +216,7 @@ async def test_stop_mid_batch_starts_nothing_new(
     await slow_service.wait_for_hits(2)
     await keeper.started.wait()
     await control.stop(SESSION, "t1", by="dave")
-    await asyncio.sleep(0.05)
+    await slow_service.wait_for_outcomes("abandoned", 2)  # the abortable probes were cut
     assert not run.done(), "a must-complete tool finishes before the turn ends"
     keeper.release.set()
     outcome = await run
@@ -263,6 +261,8 @@ async def test_tombstoned_turn_never_calls_the_model(make_runtime, fake_llm, con
     assert outcome.reason == "cancelled"
     assert fake_llm.requests == []
     assert await runtime.store.load(SESSION) == []
+    ttl = await runtime._redis.ttl(Keys().tombstone(SESSION, "t9"))
+    assert ttl > 23 * 3600, "a tombstone outlives a start event that arrives hours late"
 
 
 @pytest.mark.parametrize(
@@ -435,11 +435,11 @@ async def test_journal_keeps_finished_results_of_the_open_batch(
         runtime.run(TurnRequest(session_id=SESSION, turn_id="t1", inputs=task()))
     )
     await slow_service.wait_for_hits(2)
-    while True:  # the /ok result is journaled as soon as it arrives
-        batch, results = await runtime.store.journal(SESSION, "t1")
-        if results:
-            break
-        await asyncio.sleep(0.01)
+    await slow_service.wait_for_outcomes("answered", 1)
+    async with asyncio.timeout(5):  # the /ok result is journaled as soon as it arrives
+        while not (journal := await runtime.store.journal(SESSION, "t1"))[1]:
+            await asyncio.sleep(0.01)  # Redis state has no change event to wait on
+    batch, results = journal
     assert batch is not None and len(batch.tool_calls) == 2
     assert [r.content.split("\n")[0] for r in results.values()] == ["HTTP 200 OK"]
     assert await runtime.store.load(SESSION) == list(task()), "open batch not in the history"

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import openai
 
-from agent_core.errors import HistoryRejected, ModelRejected, ModelUnavailable
+from agent_core.errors import HistoryRejected, ModelError, ModelRejected, ModelUnavailable
 from agent_core.llm.convert import ToolCallAssembler, messages_to_wire, tools_to_wire
 from agent_core.messages import AssistantMessage, Message
 from agent_core.tools.base import Toolset
@@ -28,8 +28,11 @@ __all__ = ["ChatModel", "DeltaSink", "ModelResponse", "OpenAIChatModel", "Usage"
 DeltaSink = Callable[[str], Awaitable[None]]
 """Receives streamed text deltas as they arrive."""
 
-# Substrings of the providers' 400 messages about broken tool-call histories (DESIGN.md §7).
-_HISTORY_MARKERS = ("tool_call_id", "role 'tool'", "tool_use", "tool_result")
+# Substrings of the providers' 400 messages about broken tool-call histories (DESIGN.md §7):
+# unanswered or duplicate call ids, orphan tool messages, empty ids, Anthropic's tool_use blocks.
+_HISTORY_MARKERS = ("tool_call", "role 'tool'", "tool_use", "tool_result")
+# Statuses the SDK retries itself; when they still fail, the provider is unavailable.
+_TRANSIENT = frozenset({408, 409, 429})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +82,14 @@ def map_openai_errors() -> Iterator[None]:
         text = str(exc.message)
         kind = HistoryRejected if any(m in text for m in _HISTORY_MARKERS) else ModelRejected
         raise kind(text, status=exc.status_code) from exc
-    except (openai.RateLimitError, openai.InternalServerError) as exc:
-        raise ModelUnavailable(str(exc.message), status=exc.status_code) from exc
     except openai.APIStatusError as exc:
-        raise ModelRejected(str(exc.message), status=exc.status_code) from exc
-    except openai.APIError as exc:  # connection errors and timeouts
+        transient = exc.status_code in _TRANSIENT or exc.status_code >= 500
+        status_kind: type[ModelError] = ModelUnavailable if transient else ModelRejected
+        raise status_kind(str(exc.message), status=exc.status_code) from exc
+    except openai.APIError as exc:  # connection errors, timeouts, malformed responses
         raise ModelUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    except ValueError as exc:  # a stream chunk that is not valid JSON
+        raise ModelUnavailable(f"malformed response stream: {exc}") from exc
 
 
 class OpenAIChatModel:
@@ -117,11 +122,13 @@ async def _assemble(stream: Any, on_delta: DeltaSink | None) -> ModelResponse:
     calls = ToolCallAssembler()
     usage = Usage()
     response_id = ""
+    finished = False
     async for chunk in stream:
         response_id = response_id or chunk.id
         if chunk.usage is not None:
             usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
         for choice in chunk.choices:
+            finished = finished or choice.finish_reason is not None
             delta = choice.delta
             if delta.content:
                 text.append(delta.content)
@@ -135,5 +142,9 @@ async def _assemble(stream: Any, on_delta: DeltaSink | None) -> ModelResponse:
                     name=fn.name if fn else None,
                     arguments=fn.arguments if fn else None,
                 )
+    if not finished:
+        # The connection ended before the provider said the response was complete: what we
+        # have is a partial response, and a partial response is never persisted.
+        raise ModelUnavailable("the response stream ended before the response was complete")
     message = AssistantMessage(content="".join(text), tool_calls=calls.calls(salt=response_id))
     return ModelResponse(message=message, usage=usage, response_id=response_id)

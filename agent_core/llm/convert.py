@@ -45,7 +45,9 @@ def _to_wire(message: Message) -> dict[str, Any]:
         case UserMessage():
             return {"role": "user", "content": _user_text(message)}
         case AssistantMessage():
-            wire: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+            # Null content is valid only beside tool calls; some providers reject a bare null.
+            content = message.content or (None if message.tool_calls else "")
+            wire: dict[str, Any] = {"role": "assistant", "content": content}
             if message.tool_calls:
                 wire["tool_calls"] = [
                     {

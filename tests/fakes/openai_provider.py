@@ -115,6 +115,9 @@ class _Knobs:
     """
     release: threading.Event | None = None
     """When set, a stalled response resumes; otherwise it is held until the client leaves."""
+    cut_after: int | None = None
+    """End the body cleanly after this many chunks, as a dropped upstream connection does:
+    no ``finish_reason``, no ``[DONE]``."""
     prompt_tokens: int = 10
     """Reported ``usage.prompt_tokens``."""
     completion_tokens: int = 5
@@ -524,6 +527,8 @@ class _HeldResponse:
     async def _send_chunks(self, send: Send) -> None:
         generation = self._provider._generation_now()
         for n, chunk in enumerate(self._chunks):
+            if n == self._knobs.cut_after:
+                break
             if n == self._knobs.stall_after:
                 await self._hold(generation)
             if n and self._knobs.chunk_delay:

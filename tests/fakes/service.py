@@ -53,6 +53,18 @@ class SlowService:
         async with asyncio.timeout(10.0), self._arrivals:
             await self._arrivals.wait_for(lambda: len(self.hits) >= count)
 
+    async def wait_for_outcomes(self, outcome: str, count: int) -> None:
+        """Wait (up to 10 s) until at least `count` requests ended with `outcome`."""
+        async with asyncio.timeout(10.0), self._arrivals:
+            await self._arrivals.wait_for(
+                lambda: sum(h.outcome == outcome for h in self.hits) >= count
+            )
+
+    async def _settle(self, hit: Hit, outcome: str) -> None:
+        async with self._arrivals:
+            hit.outcome = outcome
+            self._arrivals.notify_all()
+
     def _gate(self, name: str) -> asyncio.Event:
         return self._gates.setdefault(name, asyncio.Event())
 
@@ -82,7 +94,7 @@ class SlowService:
                 self._arrivals.notify_all()
             status, body = await self._respond(path, reader)
             if status == 0:
-                hit.outcome = "abandoned"
+                await self._settle(hit, "abandoned")
                 return
             payload = body.encode()
             writer.write(
@@ -92,7 +104,7 @@ class SlowService:
                 + payload
             )
             await writer.drain()
-            hit.outcome = "answered"
+            await self._settle(hit, "answered")
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
