@@ -249,17 +249,17 @@ class Runtime:
 
         async def on_result(result: ToolMessage) -> None:
             nonlocal closed
-            event = RunEvent(
-                source=EventSource.TOOL, parts=(FunctionResponsePart(response=result),)
-            )
-            closed = await self._observe(run, event)
-            try:
+            try:  # journaled before anyone is told, so what the card shows is durable
                 await self._store.journal_result(
                     run.request.session_id, run.request.turn_id, result
                 )
             except AgentError as exc:  # the journal only saves re-runs; the commit decides
                 run.diag.journal_failures += 1
                 log.warning("journal write failed for %s: %s", result.call_id, exc)
+            event = RunEvent(
+                source=EventSource.TOOL, parts=(FunctionResponsePart(response=result),)
+            )
+            closed = await self._observe(run, event)
 
         await self._store.journal_batch(run.request.session_id, run.request.turn_id, message)
         ctx = _TurnContext(run.request.session_id, run.request.turn_id, run.signals)

@@ -31,6 +31,7 @@ from agent_core import (
     Keys,
     LoopLimits,
     OpenAIChatModel,
+    RunEvent,
     Runtime,
     Steered,
     Stopped,
@@ -424,28 +425,38 @@ async def test_unavailable_model_fails_the_turn_with_a_message(make_runtime, fak
 
 
 async def test_journal_keeps_finished_results_of_the_open_batch(
-    make_runtime, fake_llm, slow_service, redis_client
+    fake_llm, redis_client, slow_service, http
 ) -> None:
     fake_llm.script(
         fp.ToolCallsReply([get(slow_service.url("/ok")), get(slow_service.url("/hold/a"))]),
         fp.TextReply("done"),
     )
-    runtime = make_runtime()
+    first_result = asyncio.Event()
+
+    async def sink(event: RunEvent) -> None:
+        if event.responses:
+            first_result.set()
+
+    client = openai.AsyncOpenAI(base_url=fake_llm.base_url, api_key="test", max_retries=0)
+    allow = HostAllowlist.parse(f"127.0.0.1:{slow_service.port}")
+    runtime = Runtime(
+        model=OpenAIChatModel(client, "m"),
+        redis=redis_client,
+        toolset=Toolset.of([http_get_tool(allow, http)]),
+        sink=sink,
+    )
     run = asyncio.create_task(
         runtime.run(TurnRequest(session_id=SESSION, turn_id="t1", inputs=task()))
     )
-    await slow_service.wait_for_hits(2)
-    await slow_service.wait_for_outcomes("answered", 1)
-    async with asyncio.timeout(5):  # the /ok result is journaled as soon as it arrives
-        while not (journal := await runtime.store.journal(SESSION, "t1"))[1]:
-            await asyncio.sleep(0.01)  # Redis state has no change event to wait on
-    batch, results = journal
+    await first_result.wait()  # results are journaled before the sink hears of them
+    batch, results = await runtime.store.journal(SESSION, "t1")
     assert batch is not None and len(batch.tool_calls) == 2
     assert [r.content.split("\n")[0] for r in results.values()] == ["HTTP 200 OK"]
     assert await runtime.store.load(SESSION) == list(task()), "open batch not in the history"
     slow_service.release("a")
     assert isinstance((await run).result, Completed)
     assert await redis_client.exists(Keys().journal(SESSION, "t1")) == 0
+    await client.close()
 
 
 async def test_steer_is_delivered_as_a_correction_from_a_named_person(
