@@ -19,33 +19,34 @@ class Keys:
 
     prefix: str = "chatops"
 
-    def _session(self, session_id: str) -> str:
+    def session_prefix(self, session_id: str) -> str:
+        """The hash-tagged prefix of every key of a session."""
         return f"{self.prefix}:{{{session_id}}}"
 
     def history(self, session_id: str) -> str:
         """List of the session's closed history, one JSON message per item."""
-        return f"{self._session(session_id)}:history"
+        return f"{self.session_prefix(session_id)}:history"
 
     def steers(self, session_id: str) -> str:
         """List of steer messages waiting for the session's next cut."""
-        return f"{self._session(session_id)}:steer"
+        return f"{self.session_prefix(session_id)}:steer"
 
     def bell(self, session_id: str) -> str:
         """List used only to wake a live turn's watcher (entries: `stop:<turn>`, `steer`, ...)."""
-        return f"{self._session(session_id)}:bell"
+        return f"{self.session_prefix(session_id)}:bell"
 
     def tombstone(self, session_id: str, turn_id: str) -> str:
         """Set when a turn was stopped; a tombstoned turn never calls the model."""
-        return f"{self._session(session_id)}:tomb:{turn_id}"
+        return f"{self.session_prefix(session_id)}:tomb:{turn_id}"
 
     def drain(self, session_id: str, turn_id: str) -> str:
         """Set to ask a live turn to suspend at its next cut so another worker resumes it."""
-        return f"{self._session(session_id)}:drain:{turn_id}"
+        return f"{self.session_prefix(session_id)}:drain:{turn_id}"
 
     def begun(self, session_id: str, turn_id: str) -> str:
         """Set once a turn's inputs were appended, so a re-run does not append them twice."""
-        return f"{self._session(session_id)}:begun:{turn_id}"
+        return f"{self.session_prefix(session_id)}:begun:{turn_id}"
 
     def journal(self, session_id: str, turn_id: str) -> str:
         """Hash of the open batch: `batch` (the assistant message) and one field per result."""
-        return f"{self._session(session_id)}:journal:{turn_id}"
+        return f"{self.session_prefix(session_id)}:journal:{turn_id}"

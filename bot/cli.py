@@ -23,6 +23,28 @@ def version() -> None:
 
 
 @app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8080, help="Port to listen on."),
+) -> None:
+    """Run the HTTP ingress (Slack and Feishu webhooks, health, metrics)."""
+    import uvicorn
+
+    from bot.errors import BotConfigError
+    from bot.ingress import create_app
+    from bot.settings import Settings
+
+    try:
+        application = create_app(Settings())
+        uvicorn.run(
+            application, host=host, port=port, log_level="info", timeout_graceful_shutdown=10
+        )
+    except BotConfigError as exc:
+        typer.echo(f"chatops serve: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@app.command()
 def demo() -> None:
     """Play a scripted incident locally (not available yet in this build)."""
     typer.echo("chatops demo: not available yet; `make test` exercises the runtime end to end.")

@@ -1,0 +1,95 @@
+"""The platform-neutral chat event every adapter produces and the rest of `bot` consumes.
+
+Adapters (`bot/adapters/slack.py`, `bot/adapters/feishu.py`, the console) turn a platform's
+payload into a `ChatEvent`; policy, control parsing and the queue never see a platform payload.
+`ChatEvent` is a pydantic model so it travels through Redis as validated JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["AuthorKind", "ChatEvent", "EventKind", "Platform", "session_id_for"]
+
+
+class Platform(StrEnum):
+    """Where an event came from."""
+
+    SLACK = "slack"
+    FEISHU = "feishu"
+    CONSOLE = "console"
+
+
+class AuthorKind(StrEnum):
+    """Who wrote a message, as far as the policy table cares."""
+
+    HUMAN = "human"
+    """A person."""
+    SELF = "self"
+    """This bot (its own posts echoed back by the platform)."""
+    OTHER_BOT = "other_bot"
+    """Another bot or app in the channel (alerting bots, CI bots, ...)."""
+    SUBAGENT = "subagent"
+    """A report from one of this bot's sub-agents."""
+    SYSTEM = "system"
+    """A platform or system notice (joins, topic changes, ...)."""
+    SCHEDULER = "scheduler"
+    """A message produced by this bot's scheduler."""
+
+
+class EventKind(StrEnum):
+    """What happened to a message."""
+
+    MESSAGE = "message"
+    """A new message."""
+    EDIT = "edit"
+    """An existing message was edited."""
+    DELETE = "delete"
+    """A message was deleted."""
+    ACTION = "action"
+    """A button on a card was pressed (stop, approve, deny)."""
+
+
+class ChatEvent(BaseModel):
+    """One normalized inbound event."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    platform: Platform
+    event_id: str
+    """The platform's id of this delivery (Slack `event_id`, Feishu `header.event_id`/`uuid`)."""
+    kind: EventKind = EventKind.MESSAGE
+    workspace: str
+    """Slack team id or Feishu tenant key."""
+    channel: str
+    thread: str
+    """Thread root: Slack `thread_ts` (or the message's own `ts`), Feishu `root_id` (or the
+    message id)."""
+    message_id: str
+    """Slack `ts`, Feishu `message_id`."""
+    author: str
+    """Platform user id (or app id) of the author."""
+    author_name: str = ""
+    author_kind: AuthorKind = AuthorKind.HUMAN
+    text: str = ""
+    """Text with the bot's mention stripped."""
+    mentioned: bool = False
+    """The bot was mentioned in the message."""
+    action: str = ""
+    """For `ACTION` events: the action id (`stop`, `approve`, `deny`)."""
+    action_value: str = ""
+    """For `ACTION` events: the button's value (turn id, approval id)."""
+
+    @property
+    def session_id(self) -> str:
+        """The stable session id of the event's thread."""
+        return session_id_for(self.platform, self.workspace, self.channel, self.thread)
+
+
+def session_id_for(platform: Platform | str, workspace: str, channel: str, thread: str) -> str:
+    """Return the stable session id of a thread: short, URL- and Redis-key-safe."""
+    raw = f"{platform}\x1f{workspace}\x1f{channel}\x1f{thread}".encode()
+    return f"{platform}-{hashlib.sha256(raw).hexdigest()[:20]}"

@@ -1,0 +1,176 @@
+"""The HTTP ingress: verify → normalize → decide → enqueue → ack, within the platform deadline.
+
+Contract (DESIGN.md invariant 8): an event is written to Redis before the 200 goes out; when
+Redis cannot take it in time the answer is 503, so the platform delivers it again (RELIABILITY
+S10, S14). A request that fails verification gets 401, a malformed one 400, an oversized one 413
+before any signature work; never a 500, and bodies are generic. No model or tool work happens in
+the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from redis.exceptions import RedisError
+
+from bot.adapters.slack import SlackIdentity, parse_slack, verify_slack
+from bot.errors import BodyTooLarge, BotConfigError, QueueUnavailable, RequestRejected
+from bot.events import ChatEvent
+from bot.metrics import IngressMetrics
+from bot.queue import Queue
+from bot.routing import route_event
+from bot.settings import Settings
+
+__all__ = ["ACK_BUDGET_S", "MAX_BODY_BYTES", "Ingress", "create_app"]
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1_000_000
+"""Larger bodies are refused with 413 before any signature work (RELIABILITY S16)."""
+ACK_BUDGET_S = 2.5
+"""Time allowed for the Redis work of one request; the platforms give up after 3 s."""
+
+
+@dataclass(eq=False)
+class Ingress:
+    """What the routes need, built once per app."""
+
+    settings: Settings
+    redis: aioredis.Redis
+    queue: Queue
+    metrics: IngressMetrics
+    slack: SlackIdentity | None = None
+    clock: Callable[[], float] = time.time
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BodyTooLarge()
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BodyTooLarge()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _rejected(exc: RequestRejected, *, slack: bool = False) -> JSONResponse:
+    headers = {"X-Slack-No-Retry": "1"} if slack and exc.status == 400 else None
+    return JSONResponse({"error": exc.public}, status_code=exc.status, headers=headers)
+
+
+def _unavailable() -> JSONResponse:
+    # No X-Slack-No-Retry: the platform must deliver this event again.
+    return JSONResponse({"error": "temporarily unavailable, retry"}, status_code=503)
+
+
+async def _accept(ingress: Ingress, event: ChatEvent) -> Response:
+    """Decide and enqueue within the ack budget; 503 when Redis cannot take the event."""
+    try:
+        async with asyncio.timeout(ACK_BUDGET_S):
+            outcome = await route_event(ingress.queue, event)
+    except (TimeoutError, QueueUnavailable) as exc:
+        ingress.metrics.unavailable.inc()
+        log.warning("event %s not accepted: %s", event.event_id, exc)
+        return _unavailable()
+    ingress.metrics.events.labels(event.platform.value, outcome).inc()
+    return JSONResponse({"ok": True})
+
+
+def _routes(app: FastAPI) -> None:
+    @app.post("/slack/events")
+    async def slack_events(request: Request) -> Response:
+        ingress: Ingress = request.app.state.ingress
+        secret = ingress.settings.slack_signing_secret
+        if secret is None or ingress.slack is None:
+            return JSONResponse({"error": "slack is not configured"}, status_code=404)
+        try:
+            body = await _read_body(request)
+            verify_slack(body, request.headers, secret.get_secret_value(), now=ingress.clock)
+            inbound = parse_slack(body, request.headers.get("content-type", ""), ingress.slack)
+        except RequestRejected as exc:
+            ingress.metrics.rejected.labels("slack", str(exc.status)).inc()
+            log.info("slack request rejected (%s): %s", exc.status, exc.detail)
+            return _rejected(exc, slack=True)
+        if inbound.challenge is not None:
+            return JSONResponse({"challenge": inbound.challenge})
+        if inbound.event is None:
+            return JSONResponse({"ok": True})
+        return await _accept(ingress, inbound.event)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> Response:
+        ingress: Ingress = request.app.state.ingress
+        try:
+            async with asyncio.timeout(1.0):
+                await ingress.redis.ping()
+        except (TimeoutError, RedisError):
+            return JSONResponse({"status": "redis unreachable"}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        ingress: Ingress = request.app.state.ingress
+        body, content_type = ingress.metrics.render()
+        return PlainTextResponse(body, media_type=content_type)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    redis: aioredis.Redis | None = None,
+    slack: SlackIdentity | None = None,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    """Build the ingress app. Clients passed in are used as they are and not closed.
+
+    Raises:
+        BotConfigError: The settings cannot work (checked here, before anything is served).
+    """
+    if redis is None and not settings.redis_url:
+        raise BotConfigError("REDIS_URL is not set (the embedded Redis is for `chatops demo`)")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_redis = redis is None
+        client = redis if redis is not None else _redis_from(settings)
+        try:
+            identity = slack or await _slack_identity(settings)
+            queue = Queue(client)
+            await queue.ensure_group()
+            app.state.ingress = Ingress(settings, client, queue, IngressMetrics(), identity, clock)
+            yield
+        finally:
+            if own_redis:
+                await client.aclose()
+
+    app = FastAPI(title="chatops ingress", lifespan=lifespan, docs_url=None, redoc_url=None)
+    _routes(app)
+    return app
+
+
+def _redis_from(settings: Settings) -> aioredis.Redis:
+    assert settings.redis_url, "checked in create_app"
+    return aioredis.Redis.from_url(settings.redis_url)
+
+
+async def _slack_identity(settings: Settings) -> SlackIdentity | None:
+    if settings.slack_bot_token is None or settings.slack_signing_secret is None:
+        return None
+    from bot.adapters.slack_client import fetch_identity
+
+    return await fetch_identity(settings)

@@ -1,0 +1,36 @@
+"""The ingress's Prometheus metrics, on a registry of its own (so tests and apps don't share)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["IngressMetrics"]
+
+
+class IngressMetrics:
+    """Counters for what the ingress accepted, refused and could not take."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.events = Counter(
+            "chatops_ingress_events",
+            "Inbound events by platform and outcome (start, steer, stop, duplicate, ignored, ...)",
+            ["platform", "outcome"],
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "chatops_ingress_rejected",
+            "Requests refused, by platform and HTTP status",
+            ["platform", "status"],
+            registry=self.registry,
+        )
+        self.unavailable = Counter(
+            "chatops_ingress_unavailable",
+            "Events answered 503 because Redis could not take them in time",
+            registry=self.registry,
+        )
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition body and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
