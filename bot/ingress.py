@@ -151,7 +151,10 @@ def create_app(
         try:
             identity = slack or await _slack_identity(settings)
             queue = Queue(client)
-            await queue.ensure_group()
+            try:
+                await queue.ensure_group()
+            except QueueUnavailable as exc:  # serve anyway: /readyz says 503, events get 503
+                log.warning("starting without Redis: %s", exc)
             app.state.ingress = Ingress(settings, client, queue, IngressMetrics(), identity, clock)
             yield
         finally:

@@ -57,7 +57,9 @@ elseif route == 'steer' then
   redis.call('EXPIRE', KEYS[6], ARGV[8])
 elseif route == 'stop' then
   local turns = redis.call('SMEMBERS', KEYS[4])
-  if ARGV[4] ~= '' then table.insert(turns, ARGV[4]) end
+  if ARGV[4] ~= '' and redis.call('SISMEMBER', KEYS[4], ARGV[4]) == 0 then
+    table.insert(turns, ARGV[4])
+  end
   for _, turn in ipairs(turns) do
     redis.call('SET', ARGV[5] .. turn, ARGV[7], 'EX', ARGV[6])
     redis.call('RPUSH', KEYS[6], 'stop:' .. turn)

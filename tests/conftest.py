@@ -18,8 +18,10 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from tests.fakes.feishu_api import _feishu_api_server, feishu_api  # noqa: F401
 from tests.fakes.openai_provider import _fake_llm_server, fake_llm  # noqa: F401
 from tests.fakes.service import slow_service  # noqa: F401
+from tests.fakes.slack_api import _slack_api_server, slack_api  # noqa: F401
 
 
 def free_port() -> int:

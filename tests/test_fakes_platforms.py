@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -191,17 +192,16 @@ async def test_bolt_accepts_the_signed_requests(slack_api: FakeSlackAPI) -> None
     click_body, click_headers = slack_interactivity(click, secret=SECRET)
     challenge_body, challenge_headers = slack_request(slack_url_verification("c1"), secret=SECRET)
 
+    def bolt_request(body: bytes, headers: dict[str, str]) -> AsyncBoltRequest:
+        multi: dict[str, str | Sequence[str]] = dict(headers)
+        return AsyncBoltRequest(body=body.decode(), headers=multi)
+
     for body, headers in [(mention_body, mention_headers), (click_body, click_headers)]:
-        response = await app.async_dispatch(AsyncBoltRequest(body=body.decode(), headers=headers))
+        response = await app.async_dispatch(bolt_request(body, headers))
         assert response.status == 200
-    challenge = await app.async_dispatch(
-        AsyncBoltRequest(body=challenge_body.decode(), headers=challenge_headers)
-    )
-    forged = await app.async_dispatch(
-        AsyncBoltRequest(
-            body=mention_body.decode(), headers={**mention_headers, "X-Slack-Signature": "v0=0"}
-        )
-    )
+    challenge = await app.async_dispatch(bolt_request(challenge_body, challenge_headers))
+    forged_headers = {**mention_headers, "X-Slack-Signature": "v0=" + "0" * 64}
+    forged = await app.async_dispatch(bolt_request(mention_body, forged_headers))
 
     assert seen == [slack_app_mention()["event"]["text"], "run-7"]
     assert json.loads(challenge.body) == {"challenge": "c1"}
@@ -387,6 +387,21 @@ async def test_slack_slow_answer_happens_after_the_work(slack_api: FakeSlackAPI)
     await pending
 
     assert time.monotonic() - started >= 0.3
+
+
+async def test_reset_releases_a_held_answer(slack_api: FakeSlackAPI) -> None:
+    slack_api.script("auth.test", slow(30))
+    pending = asyncio.create_task(_client(slack_api).auth_test())
+    await slack_api.wait_for_calls(1, "auth.test")
+
+    slack_api.reset()
+    async with asyncio.timeout(2):
+        assert (await pending)["ok"]
+
+
+def test_feishu_script_rejects_unknown_operations(feishu_api: FakeFeishuAPI) -> None:
+    with pytest.raises(ValueError, match="im.v1.message.patch"):
+        feishu_api.script("im.message.patch", frequency_limited())
 
 
 async def test_slack_block_limits(slack_api: FakeSlackAPI) -> None:

@@ -43,10 +43,12 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import secrets
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -84,6 +86,7 @@ __all__ = [
     "FakeFeishuAPI",
     "Fault",
     "RecordedCall",
+    "close_lark_import_loop",
     "feishu_api",
     "feishu_error",
     "frequency_limited",
@@ -261,6 +264,7 @@ class FakeFeishuAPI(LoopbackAPI):
             "cardkit.v1.card.settings": self._card_settings,
             "cardkit.v1.card_element.content": self._element_content,
         }
+        self._operations = frozenset({*self._handlers, "auth.v3.tenant_access_token.internal"})
 
     @property
     def base_url(self) -> str:
@@ -633,6 +637,19 @@ class FakeFeishuAPI(LoopbackAPI):
 
 
 # Names are pinned so an aliased import in conftest still registers the real names.
+def close_lark_import_loop() -> None:
+    """Close the event loop lark-oapi grabs when it is imported, if nothing runs it.
+
+    ``lark_oapi/ws/client.py`` runs ``loop = asyncio.get_event_loop()`` (or creates one) at
+    import time and keeps it in a module global, so whichever loop was current then is never
+    closed and Python reports "unclosed event loop" at exit. Call this at session end.
+    """
+    module = sys.modules.get("lark_oapi.ws.client")
+    loop = getattr(module, "loop", None)
+    if isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_running():
+        loop.close()
+
+
 @pytest.fixture(scope="session", name="_feishu_api_server")
 def _feishu_api_server() -> Iterator[FakeFeishuAPI]:
     """One fake Feishu Open API for the whole session."""
@@ -640,6 +657,7 @@ def _feishu_api_server() -> Iterator[FakeFeishuAPI]:
     api.start()
     yield api
     api.stop()
+    close_lark_import_loop()
 
 
 @pytest.fixture(name="feishu_api")

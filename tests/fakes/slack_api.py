@@ -174,6 +174,8 @@ class LoopbackAPI:
     """
 
     _thread_name = "fake-api"
+    _operations: frozenset[str] | None = None
+    """Operation names :meth:`script` accepts (None: any), so a typo fails loudly."""
 
     def __init__(self, routes: Sequence[BaseRoute]) -> None:
         self._state = threading.Lock()
@@ -257,7 +259,13 @@ class LoopbackAPI:
     # -- scripting and inspection
 
     def script(self, operation: str, *faults: Fault) -> None:
-        """Append faults for ``operation``, consumed FIFO one per call to it."""
+        """Append faults for ``operation``, consumed FIFO one per call to it.
+
+        Raises:
+            ValueError: ``operation`` is not one this API serves.
+        """
+        if self._operations is not None and operation not in self._operations:
+            raise ValueError(f"unknown operation {operation!r}; one of {sorted(self._operations)}")
         with self._state:
             self._scripts.setdefault(operation, deque()).extend(faults)
 
@@ -546,7 +554,7 @@ class FakeSlackAPI(LoopbackAPI):
         """The bot's live messages (posted and not deleted), oldest first, as last updated."""
         with self._state:
             found = [
-                dict(m, channel=c)
+                json.loads(json.dumps(dict(m, channel=c)))
                 for (c, _), m in self._messages.items()
                 if m.get("bot_id") == self.bot_id and channel in (None, c)
             ]
