@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, Response
@@ -29,7 +30,13 @@ from bot.queue import Queue
 from bot.routing import route_event
 from bot.settings import Settings
 
+if TYPE_CHECKING:  # lark_oapi is imported only when Feishu is configured
+    from bot.adapters.feishu import FeishuIdentity, FeishuVerifier
+
 __all__ = ["ACK_BUDGET_S", "MAX_BODY_BYTES", "Ingress", "create_app"]
+
+NONCE_TTL_S = 600
+"""Feishu nonces are remembered for twice the ±5-minute window, so no replay fits in it."""
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +55,16 @@ class Ingress:
     queue: Queue
     metrics: IngressMetrics
     slack: SlackIdentity | None = None
+    feishu: FeishuVerifier | None = None
     clock: Callable[[], float] = time.time
+
+    async def fresh_nonce(self, nonce: str) -> bool:
+        """Record a Feishu nonce; False when it was seen within the window (a replay)."""
+        key = self.queue.keys.seen_nonce(nonce)
+        try:
+            return bool(await self.redis.set(key, "1", nx=True, ex=NONCE_TTL_S))
+        except RedisError as exc:
+            raise QueueUnavailable(f"cannot check the nonce: {exc}") from exc
 
 
 async def _read_body(request: Request) -> bytes:
@@ -87,6 +103,40 @@ async def _accept(ingress: Ingress, event: ChatEvent) -> Response:
     return JSONResponse({"ok": True})
 
 
+async def _feishu(request: Request, *, card: bool) -> Response:
+    ingress: Ingress = request.app.state.ingress
+    if ingress.feishu is None:
+        return JSONResponse({"error": "feishu is not configured"}, status_code=404)
+    try:
+        async with asyncio.timeout(ACK_BUDGET_S):
+            body = await _read_body(request)
+            inbound = await ingress.feishu.open(
+                body,
+                request.headers,
+                now=ingress.clock(),
+                nonce_guard=ingress.fresh_nonce,
+                card=card,
+            )
+    except RequestRejected as exc:
+        ingress.metrics.rejected.labels("feishu", str(exc.status)).inc()
+        log.info("feishu request rejected (%s): %s", exc.status, exc.detail)
+        return _rejected(exc)
+    except (TimeoutError, QueueUnavailable) as exc:
+        log.warning("feishu request not accepted: %s", exc)
+        return _unavailable()
+    if inbound.challenge is not None:
+        return JSONResponse({"challenge": inbound.challenge})
+    if inbound.replay:
+        ingress.metrics.events.labels("feishu", "replay").inc()
+        return JSONResponse({"ok": True})
+    if inbound.event is None:
+        return JSONResponse({"ok": True})
+    response = await _accept(ingress, inbound.event)
+    if card and response.status_code == 200:
+        return JSONResponse({"toast": {"type": "info", "content": "Received."}})
+    return response
+
+
 def _routes(app: FastAPI) -> None:
     @app.post("/slack/events")
     async def slack_events(request: Request) -> Response:
@@ -107,6 +157,14 @@ def _routes(app: FastAPI) -> None:
         if inbound.event is None:
             return JSONResponse({"ok": True})
         return await _accept(ingress, inbound.event)
+
+    @app.post("/feishu/events")
+    async def feishu_events(request: Request) -> Response:
+        return await _feishu(request, card=False)
+
+    @app.post("/feishu/card")
+    async def feishu_card(request: Request) -> Response:
+        return await _feishu(request, card=True)
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -134,6 +192,7 @@ def create_app(
     *,
     redis: aioredis.Redis | None = None,
     slack: SlackIdentity | None = None,
+    feishu: FeishuIdentity | None = None,
     clock: Callable[[], float] = time.time,
 ) -> FastAPI:
     """Build the ingress app. Clients passed in are used as they are and not closed.
@@ -143,6 +202,7 @@ def create_app(
     """
     if redis is None and not settings.redis_url:
         raise BotConfigError("REDIS_URL is not set (the embedded Redis is for `chatops demo`)")
+    _check_feishu(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -150,12 +210,15 @@ def create_app(
         client = redis if redis is not None else _redis_from(settings)
         try:
             identity = slack or await _slack_identity(settings)
+            verifier = await _feishu_verifier(settings, feishu)
             queue = Queue(client)
             try:
                 await queue.ensure_group()
             except QueueUnavailable as exc:  # serve anyway: /readyz says 503, events get 503
                 log.warning("starting without Redis: %s", exc)
-            app.state.ingress = Ingress(settings, client, queue, IngressMetrics(), identity, clock)
+            app.state.ingress = Ingress(
+                settings, client, queue, IngressMetrics(), identity, verifier, clock
+            )
             yield
         finally:
             if own_redis:
@@ -177,3 +240,31 @@ async def _slack_identity(settings: Settings) -> SlackIdentity | None:
     from bot.adapters.slack_client import fetch_identity
 
     return await fetch_identity(settings)
+
+
+def _check_feishu(settings: Settings) -> None:
+    """Refuse to run Feishu without encryption and a verification token (RELIABILITY F2)."""
+    if not settings.feishu_app_id:
+        return
+    if settings.feishu_encrypt_key is None or settings.feishu_verification_token is None:
+        raise BotConfigError(
+            "Feishu needs FEISHU_ENCRYPT_KEY and FEISHU_VERIFICATION_TOKEN: unencrypted, "
+            "unsigned event delivery is refused"
+        )
+
+
+async def _feishu_verifier(
+    settings: Settings, identity: FeishuIdentity | None
+) -> FeishuVerifier | None:
+    if not settings.feishu_app_id:
+        return None
+    # Imported only when Feishu is configured: `import lark_oapi` takes seconds.
+    from bot.adapters.feishu import FeishuVerifier
+    from bot.adapters.feishu_client import fetch_identity
+
+    assert settings.feishu_encrypt_key and settings.feishu_verification_token
+    return FeishuVerifier(
+        encrypt_key=settings.feishu_encrypt_key.get_secret_value(),
+        verification_token=settings.feishu_verification_token.get_secret_value(),
+        identity=identity or await fetch_identity(settings),
+    )
