@@ -26,6 +26,9 @@ def version() -> None:
 def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8080, help="Port to listen on."),
+    feishu_long_connection: bool = typer.Option(
+        False, help="Also receive Feishu events over lark's long connection (no public URL)."
+    ),
 ) -> None:
     """Run the HTTP ingress (Slack and Feishu webhooks, health, metrics)."""
     import uvicorn
@@ -35,7 +38,7 @@ def serve(
     from bot.settings import Settings
 
     try:
-        application = create_app(Settings())
+        application = create_app(Settings(), feishu_long_connection=feishu_long_connection)
         uvicorn.run(
             application, host=host, port=port, log_level="info", timeout_graceful_shutdown=10
         )

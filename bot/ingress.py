@@ -193,6 +193,7 @@ def create_app(
     redis: aioredis.Redis | None = None,
     slack: SlackIdentity | None = None,
     feishu: FeishuIdentity | None = None,
+    feishu_long_connection: bool = False,
     clock: Callable[[], float] = time.time,
 ) -> FastAPI:
     """Build the ingress app. Clients passed in are used as they are and not closed.
@@ -219,6 +220,10 @@ def create_app(
             app.state.ingress = Ingress(
                 settings, client, queue, IngressMetrics(), identity, verifier, clock
             )
+            if feishu_long_connection and verifier is not None:
+                from bot.adapters.feishu_ws import start_long_connection
+
+                start_long_connection(settings, queue, verifier.identity)
             yield
         finally:
             if own_redis:

@@ -27,7 +27,13 @@ from lark_oapi.core.utils import AESCipher
 from bot.errors import MalformedRequest, NotAuthentic
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
 
-__all__ = ["FEISHU_WINDOW_S", "FeishuIdentity", "FeishuInbound", "FeishuVerifier"]
+__all__ = [
+    "FEISHU_WINDOW_S",
+    "FeishuIdentity",
+    "FeishuInbound",
+    "FeishuVerifier",
+    "normalize_event",
+]
 
 FEISHU_WINDOW_S = 300
 """Requests whose timestamp is further than this from now are refused (the SDK checks none)."""
@@ -83,7 +89,7 @@ class FeishuVerifier:
             raise NotAuthentic("unsigned request that is not a challenge")
         if not await nonce_guard(headers["x-lark-request-nonce"]):
             return FeishuInbound(replay=True)
-        event = _card_action(payload) if card else _message_event(payload, self.identity)
+        event = _card_action(payload) if card else normalize_event(payload, self.identity)
         return FeishuInbound(event=event)
 
     def _check_signature(self, body: bytes, headers: Mapping[str, str], now: float) -> bool:
@@ -155,7 +161,8 @@ def _event_envelope(payload: Mapping[str, Any]) -> tuple[str, str, str, dict[str
     )
 
 
-def _message_event(payload: Mapping[str, Any], identity: FeishuIdentity) -> ChatEvent | None:
+def normalize_event(payload: Mapping[str, Any], identity: FeishuIdentity) -> ChatEvent | None:
+    """Normalize a decrypted event payload (v2 or v1); None for events we do not act on."""
     event_id, event_type, tenant, event = _event_envelope(payload)
     if not event_id:
         raise MalformedRequest("event without an id")
