@@ -82,6 +82,9 @@ class ChatEvent(BaseModel):
     """For `ACTION` events: the action id (`stop`, `approve`, `deny`)."""
     action_value: str = ""
     """For `ACTION` events: the button's value (turn id, approval id)."""
+    sent_at: float = 0.0
+    """When the platform says the message was sent (epoch seconds; 0 when unknown). A stop
+    cancels requests sent before it, even when their delivery arrives after it."""
 
     @property
     def session_id(self) -> str:

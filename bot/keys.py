@@ -50,6 +50,10 @@ class BotKeys:
         """The session's live turn id, held by a worker's lease."""
         return f"{self.session.session_prefix(session_id)}:live"
 
+    def stopped_at(self, session_id: str) -> str:
+        """Platform time of the session's latest stop: requests sent before it never start."""
+        return f"{self.session.session_prefix(session_id)}:stopped-at"
+
     def inbox(self, session_id: str) -> str:
         """Messages queued for the session's next turn (never cut a running one)."""
         return f"{self.session.session_prefix(session_id)}:inbox"

@@ -13,7 +13,8 @@ Routes:
   a ring of the session's bell.
 - `stop`: a tombstone for every open turn of the session (queued ones never start; the live one
   stops at once) and a ring per turn; a card button names its turn, which is tombstoned even if
-  its start has not arrived yet.
+  its start has not arrived yet. The stop's platform time is kept a day: a start request sent
+  before it, whose delivery arrives after it (a platform retry), never starts.
 - `queue`: the message waits in the session's inbox for the next turn (it never cuts one).
 - `approve`: the decision waits for the session's worker.
 
@@ -46,7 +47,14 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return {0, ''} end
 if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {0, ''} end
 local route, ttl, payload = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local result = ''
+local sent_at = tonumber(ARGV[9])
 if route == 'start' then
+  local stopped_at = tonumber(redis.call('GET', KEYS[9]) or '0')
+  if sent_at > 0 and sent_at <= stopped_at then
+    redis.call('SET', KEYS[1], '1', 'EX', ttl)
+    redis.call('SET', KEYS[2], '1', 'EX', ttl)
+    return {1, 'stopped-before-start'}
+  end
   result = redis.call('XADD', KEYS[3], '*', 'job', payload)
   redis.call('SADD', KEYS[4], ARGV[4])
   redis.call('EXPIRE', KEYS[4], ARGV[6])
@@ -56,6 +64,9 @@ elseif route == 'steer' then
   redis.call('RPUSH', KEYS[6], 'steer')
   redis.call('EXPIRE', KEYS[6], ARGV[8])
 elseif route == 'stop' then
+  if sent_at > tonumber(redis.call('GET', KEYS[9]) or '0') then
+    redis.call('SET', KEYS[9], ARGV[9], 'EX', ARGV[6])
+  end
   local turns = redis.call('SMEMBERS', KEYS[4])
   if ARGV[4] ~= '' and redis.call('SISMEMBER', KEYS[4], ARGV[4]) == 0 then
     table.insert(turns, ARGV[4])
@@ -124,6 +135,8 @@ class Submitted:
     """The turns-stream entry id of a started turn."""
     stopped_turns: int = 0
     """How many turns a stop tombstoned."""
+    cancelled: bool = False
+    """A start that a later stop had already cancelled (it was sent before the stop)."""
 
 
 def turn_id_for(event: ChatEvent) -> str:
@@ -173,6 +186,7 @@ class Queue:
             k.session.bell(session),
             k.inbox(session),
             k.approvals(session),
+            k.stopped_at(session),
         ]
         turn_id = stop_turn if route is Route.STOP else turn_id_for(event)
         args: list[str | int] = [
@@ -184,6 +198,7 @@ class Queue:
             TOMBSTONE_TTL_S,
             event.author_name or event.author,
             BELL_TTL_S,
+            repr(event.sent_at),
         ]
         try:
             written, result = await self._submit(keys=keys, args=args)
@@ -193,6 +208,8 @@ class Queue:
             return Submitted(accepted=False)
         text = result.decode() if isinstance(result, bytes) else str(result)
         if route is Route.START:
+            if text == "stopped-before-start":
+                return Submitted(accepted=True, cancelled=True)
             return Submitted(accepted=True, entry_id=text)
         if route is Route.STOP:
             return Submitted(accepted=True, stopped_turns=int(text))

@@ -40,4 +40,6 @@ async def route_event(queue: Queue, event: ChatEvent) -> str:
         return "ignored"
     stop_turn = event.action_value if event.kind is EventKind.ACTION else ""
     submitted = await queue.submit(event, route, stop_turn=stop_turn)
-    return route.value if submitted.accepted else "duplicate"
+    if not submitted.accepted:
+        return "duplicate"
+    return "cancelled" if submitted.cancelled else route.value

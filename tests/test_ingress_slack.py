@@ -324,3 +324,24 @@ async def test_readyz_is_503_when_redis_is_unreachable(post) -> None:
     await post(*signed(sg.slack_url_verification()), redis=down)
     assert (await post.get("/readyz")).status_code == 503
     await down.aclose()
+
+
+async def test_a_stop_cancels_a_request_sent_before_it_that_arrives_after_it(
+    post, redis_client
+) -> None:
+    """DESIGN.md invariant 4: a stop that arrives before its turn's start still wins."""
+    down = unreachable_redis()
+    thread = "1700000100.000100"
+    mention = sg.slack_app_mention(ts=thread)
+    assert (await post(*signed(mention), redis=down)).status_code == 503  # Slack will retry
+    stop = sg.slack_message(text="stop", ts="1700000105.000100", thread_ts=thread)
+    assert (await post(*signed(stop), redis=redis_client)).status_code == 200
+    retry = await post(*signed(mention, retry_num=1, retry_reason="http_error"))
+    assert retry.status_code == 200
+    assert await stream_len(redis_client) == 0, "sent before the stop: never starts"
+    later = sg.slack_app_mention(ts="1700000110.000100", thread_ts=thread)
+    assert (await post(*signed(later))).status_code == 200
+    assert await stream_len(redis_client) == 1, "a request sent after the stop runs"
+    metrics = (await post.get("/metrics")).text
+    assert 'chatops_ingress_events_total{outcome="cancelled",platform="slack"} 1.0' in metrics
+    await down.aclose()

@@ -186,6 +186,7 @@ def normalize_event(payload: Mapping[str, Any], identity: FeishuIdentity) -> Cha
         author_kind=_author_kind(sender, identity),
         text=text,
         mentioned=mentioned or message.get("chat_type") == "p2p",
+        sent_at=_millis(message.get("create_time")),
     )
 
 
@@ -205,6 +206,14 @@ def _v1_message_event(event_id: str, tenant: str, event: Mapping[str, Any]) -> C
         text=" ".join(str(event.get("text_without_at_bot") or "").split()),
         mentioned=bool(event.get("is_mention")) or event.get("chat_type") == "private",
     )
+
+
+def _millis(value: Any) -> float:
+    """Feishu's millisecond timestamps (strings) as epoch seconds; 0 when absent."""
+    try:
+        return int(str(value)) / 1000
+    except ValueError:
+        return 0.0
 
 
 def _text_of(message: Mapping[str, Any], identity: FeishuIdentity) -> tuple[str, bool]:

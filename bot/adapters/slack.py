@@ -155,6 +155,7 @@ def _event(payload: Mapping[str, Any], identity: SlackIdentity) -> ChatEvent | N
         author_kind=_author_kind(event, identity),
         text=_strip_mention(text, mention),
         mentioned=event.get("type") == "app_mention" or mention in text,
+        sent_at=_seconds(ts),
     )
 
 
@@ -197,6 +198,14 @@ def _author_kind(event: Mapping[str, Any], identity: SlackIdentity) -> AuthorKin
     return AuthorKind.HUMAN
 
 
+def _seconds(ts: str) -> float:
+    """A Slack `ts` (`"1700000000.000100"`) as epoch seconds; 0 when it is not one."""
+    try:
+        return float(ts)
+    except ValueError:
+        return 0.0
+
+
 def _strip_mention(text: str, mention: str) -> str:
     return " ".join(text.replace(mention, " ").split())
 
@@ -229,4 +238,5 @@ def _interaction(payload: Mapping[str, Any], identity: SlackIdentity) -> ChatEve
         author_kind=AuthorKind.HUMAN,
         action=str(action.get("action_id") or ""),
         action_value=str(action.get("value") or ""),
+        sent_at=_seconds(action_ts),
     )
