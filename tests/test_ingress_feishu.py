@@ -228,3 +228,22 @@ async def test_a_reply_in_the_thread_steers(feishu, redis_client) -> None:
     assert (await feishu.post("/feishu/events", sealed(stop))).status_code == 200
     turns = await redis_client.smembers(KEYS.open_turns(session))
     assert all([await redis_client.exists(Keys().tombstone(session, t.decode())) for t in turns])
+
+
+async def test_f14_a_legacy_card_callback_is_verified_with_the_token(feishu, redis_client) -> None:
+    root = "om_root_3"
+    await feishu.post("/feishu/events", sealed(sg.feishu_message_receive(message_id=root)))
+    job = json.loads((await redis_client.xrange(KEYS.turns_stream))[0][1][b"job"])
+    press = sg.feishu_legacy_card_action(
+        value={"action": "stop", "turn": job["turn_id"], "thread": root},
+        open_message_id="om_card_3",
+    )
+    forged = sg.feishu_legacy_card_request(press, verification_token="not-the-token")
+    assert (await feishu.post("/feishu/card", forged)).status_code == 401
+    session = session_id_for("feishu", sg.FEISHU_TENANT_KEY, sg.FEISHU_CHAT_ID, root)
+    assert await redis_client.exists(Keys().tombstone(session, job["turn_id"])) == 0
+    genuine = sg.feishu_legacy_card_request(press, verification_token=TOKEN)
+    assert (await feishu.post("/feishu/card", genuine)).status_code == 200
+    assert await redis_client.exists(Keys().tombstone(session, job["turn_id"])) == 1
+    assert (await feishu.post("/feishu/card", genuine)).status_code == 200  # replay: no-op
+    assert await redis_client.llen(Keys().bell(session)) == 1

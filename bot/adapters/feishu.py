@@ -40,6 +40,7 @@ FEISHU_WINDOW_S = 300
 
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
+_LEGACY_SIGNATURE = re.compile(r"[0-9a-f]{40}")
 
 NonceGuard = Callable[[str], Awaitable[bool]]
 """Records a nonce; returns False when it was already seen (a replay)."""
@@ -80,7 +81,17 @@ class FeishuVerifier:
         card: bool = False,
     ) -> FeishuInbound:
         """Verify, decrypt and normalize one request (an event, or a card callback)."""
-        signed = self._check_signature(body, headers, now)
+        scheme = self._check_signature(body, headers, now, card=card)
+        if scheme == "legacy":  # signed with the verification token itself; maybe plaintext
+            payload = (
+                self._decrypt(body)
+                if body.lstrip().startswith(b'{"encrypt"')
+                else (_json_object(body))
+            )
+            if not await nonce_guard(headers["x-lark-request-nonce"]):
+                return FeishuInbound(replay=True)
+            return FeishuInbound(event=_legacy_card_action(payload))
+        signed = scheme == "v2"
         payload = self._decrypt(body)
         self._check_token(payload)
         if payload.get("type") == "url_verification":
@@ -92,19 +103,29 @@ class FeishuVerifier:
         event = _card_action(payload) if card else normalize_event(payload, self.identity)
         return FeishuInbound(event=event)
 
-    def _check_signature(self, body: bytes, headers: Mapping[str, str], now: float) -> bool:
+    def _check_signature(
+        self, body: bytes, headers: Mapping[str, str], now: float, *, card: bool
+    ) -> str:
+        """Return `v2`, `legacy` (a SHA-1 card callback, RELIABILITY F14) or `` (unsigned)."""
         names = ("x-lark-request-timestamp", "x-lark-request-nonce", "x-lark-signature")
         timestamp, nonce, signature = (headers.get(name, "") for name in names)
         if not (timestamp or nonce or signature):
-            return False  # only a challenge may come unsigned; decided after decryption
-        if not _TIMESTAMP.fullmatch(timestamp) or not nonce or not _SIGNATURE.fullmatch(signature):
+            return ""  # only a challenge may come unsigned; decided after decryption
+        legacy = card and _LEGACY_SIGNATURE.fullmatch(signature) is not None
+        if not _TIMESTAMP.fullmatch(timestamp) or not nonce:
+            raise NotAuthentic("missing or malformed signature headers")
+        if not legacy and not _SIGNATURE.fullmatch(signature):
             raise NotAuthentic("missing or malformed signature headers")
         if abs(now - int(timestamp)) > FEISHU_WINDOW_S:
             raise NotAuthentic("timestamp outside the 5-minute window")
-        expected = hashlib.sha256((timestamp + nonce + self.encrypt_key).encode() + body)
-        if not hmac.compare_digest(expected.hexdigest(), signature):
+        if legacy:  # old card callbacks: sha1(timestamp + nonce + verification token + body)
+            key, digest = self.verification_token, hashlib.sha1
+        else:
+            key, digest = self.encrypt_key, hashlib.sha256
+        expected = digest((timestamp + nonce + key).encode() + body).hexdigest()
+        if not hmac.compare_digest(expected, signature):
             raise NotAuthentic("signature mismatch")
-        return True
+        return "legacy" if legacy else "v2"
 
     def _decrypt(self, body: bytes) -> dict[str, Any]:
         outer = _json_object(body)
@@ -257,6 +278,28 @@ def _card_action(payload: Mapping[str, Any]) -> ChatEvent:
         thread=str(value.get("thread") or message_id),
         message_id="",
         author=str(operator.get("open_id") or ""),
+        author_kind=AuthorKind.HUMAN,
+        action=value["action"],
+        action_value=str(value.get("turn") or ""),
+    )
+
+
+def _legacy_card_action(payload: Mapping[str, Any]) -> ChatEvent:
+    """A legacy (flat) card callback: `open_id`, `open_message_id`, `action.value`."""
+    action = _dict(payload.get("action"), "action")
+    value = action.get("value")
+    if not isinstance(value, dict) or not isinstance(value.get("action"), str):
+        raise MalformedRequest("card action without a value")
+    message_id = str(payload.get("open_message_id") or "")
+    return ChatEvent(
+        platform=Platform.FEISHU,
+        event_id=f"card-{message_id}-{payload.get('token')}",
+        kind=EventKind.ACTION,
+        workspace=str(payload.get("tenant_key") or ""),
+        channel=str(payload.get("open_chat_id") or ""),
+        thread=str(value.get("thread") or message_id),
+        message_id="",
+        author=str(payload.get("open_id") or ""),
         author_kind=AuthorKind.HUMAN,
         action=value["action"],
         action_value=str(value.get("turn") or ""),
