@@ -224,7 +224,8 @@ def create_app(
                 from bot.adapters.feishu_ws import start_long_connection
 
                 start_long_connection(settings, queue, verifier.identity)
-            yield
+            async with _socket_mode(settings, app.state.ingress):
+                yield
         finally:
             if own_redis:
                 await client.aclose()
@@ -239,8 +240,27 @@ def _redis_from(settings: Settings) -> aioredis.Redis:
     return aioredis.Redis.from_url(settings.redis_url)
 
 
+@asynccontextmanager
+async def _socket_mode(settings: Settings, ingress: Ingress) -> AsyncIterator[None]:
+    """Receive Slack over Socket Mode too while the app runs, when `SLACK_APP_TOKEN` is set."""
+    if settings.slack_app_token is None or ingress.slack is None:
+        yield
+        return
+    from bot.adapters.slack_socket import run_socket_mode
+
+    async with asyncio.TaskGroup() as group:  # a receiver that fails takes the app down
+        receiver = group.create_task(
+            run_socket_mode(settings, ingress.queue, ingress.slack, metrics=ingress.metrics)
+        )
+        try:
+            yield
+        finally:
+            receiver.cancel()  # stops gracefully: in-flight envelopes finish and are acked
+
+
 async def _slack_identity(settings: Settings) -> SlackIdentity | None:
-    if settings.slack_bot_token is None or settings.slack_signing_secret is None:
+    """The bot's identity, when a bot token is set (webhooks also need the signing secret)."""
+    if settings.slack_bot_token is None:
         return None
     from bot.adapters.slack_client import fetch_identity
 
