@@ -13,7 +13,7 @@ import logging
 
 from bot.events import ChatEvent, EventKind
 from bot.queue import Queue, Route, StateRoutes
-from bot.steer_policy import Decision, RunState, ThreadRelation, classify
+from bot.steer_policy import Decision, RunState, ThreadRelation, decide, marker_of
 
 __all__ = ["route_event", "routes_for"]
 
@@ -37,8 +37,17 @@ _STATES = (
 
 def routes_for(event: ChatEvent) -> StateRoutes:
     """The route the policy chooses for `event` in each state its session may be in."""
+    marker = marker_of(event)  # parses the text once; the four lookups are table reads
     unknown, idle, queued, live = (
-        _ROUTES.get(classify(event, relation=relation, state=state).decision)
+        _ROUTES.get(
+            decide(
+                author=event.author_kind,
+                event=event.kind,
+                relation=relation,
+                state=state,
+                marker=marker,
+            )
+        )
         for relation, state in _STATES
     )
     return unknown, idle, queued, live
