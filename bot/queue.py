@@ -51,61 +51,100 @@ DEDUPE_TTL_S = 24 * 3600
 """Dedupe markers live 24 h: Feishu redelivers up to 4 times over about 7 h."""
 
 # One round trip per event: read the session's state, pick the route the policy chose for that
-# state (ARGV[1..4]: unknown thread; known and idle; turns queued; a turn live), dedupe, write,
-# mark seen. Returns {status, route, result}: status 0 duplicate, 1 written, 2 ignored.
+# state, dedupe, write, mark seen. Returns {status, route, result}: status 0 duplicate,
+# 1 written, 2 ignored.
+#
+# KEYS: the two dedupe markers, the turns stream, and the session's history key; the session's
+# other keys share its hash-tagged prefix and are derived here from that prefix with suffixes
+# taken from `BotKeys` (see `_submit_script`), so a call carries 12 arguments instead of 28 —
+# redis-py's command packing was the largest remaining cost of the webhook (bench/ingress.py).
+# ARGV: routes for the four states joined by '|' (unknown thread; known and idle; turns queued;
+# a turn live), the start job, the steer message, the event, the turn id a start creates, the
+# turn a stop button names, who stopped, and the message's send time.
 _SUBMIT = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, '', ''} end
 if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {0, '', ''} end
-local live = redis.call('EXISTS', KEYS[10]) == 1
-local open = redis.call('SCARD', KEYS[4]) > 0
+local p = string.sub(KEYS[4], 1, -(string.len('@HISTORY@') + 1))
+local open_turns, bell = p .. '@OPEN@', p .. '@BELL@'
+local stopped_key = p .. '@STOPPED@'
 local state = 2
-if live then state = 4 elseif open then state = 3
-elseif redis.call('EXISTS', KEYS[11]) == 0 then state = 1 end
-local route = ARGV[state]
+if redis.call('EXISTS', p .. '@LIVE@') == 1 then state = 4
+elseif redis.call('SCARD', open_turns) > 0 then state = 3
+elseif redis.call('EXISTS', KEYS[4]) == 0 then state = 1 end
+local routes = {}
+for r in string.gmatch(ARGV[1] .. '|', '([^|]*)|') do table.insert(routes, r) end
+local route = routes[state]
 if route == '' then return {2, '', ''} end
-local ttl, keep, sent_at = tonumber(ARGV[5]), ARGV[12], tonumber(ARGV[15])
+local keep, sent_at = @KEEP@, tonumber(ARGV[8])
 local result = ''
 if route == 'start' then
-  local stopped_at = tonumber(redis.call('GET', KEYS[9]) or '0')
+  local stopped_at = tonumber(redis.call('GET', stopped_key) or '0')
   if sent_at > 0 and sent_at <= stopped_at then
     result = 'stopped-before-start'
   else
-    result = redis.call('XADD', KEYS[3], '*', 'job', ARGV[6])
-    redis.call('SADD', KEYS[4], ARGV[9])
-    redis.call('EXPIRE', KEYS[4], keep)
+    result = redis.call('XADD', KEYS[3], '*', 'job', ARGV[2])
+    redis.call('SADD', open_turns, ARGV[5])
+    redis.call('EXPIRE', open_turns, keep)
   end
 elseif route == 'steer' then
-  redis.call('RPUSH', KEYS[5], ARGV[7])
-  redis.call('EXPIRE', KEYS[5], keep)
-  redis.call('RPUSH', KEYS[6], 'steer')
-  redis.call('EXPIRE', KEYS[6], ARGV[14])
+  redis.call('RPUSH', p .. '@STEER@', ARGV[3])
+  redis.call('EXPIRE', p .. '@STEER@', keep)
+  redis.call('RPUSH', bell, 'steer')
+  redis.call('EXPIRE', bell, @BELL_TTL@)
 elseif route == 'stop' then
-  if sent_at > tonumber(redis.call('GET', KEYS[9]) or '0') then
-    redis.call('SET', KEYS[9], ARGV[15], 'EX', keep)
+  if sent_at > tonumber(redis.call('GET', stopped_key) or '0') then
+    redis.call('SET', stopped_key, ARGV[8], 'EX', keep)
   end
-  local turns = redis.call('SMEMBERS', KEYS[4])
-  if ARGV[10] ~= '' and redis.call('SISMEMBER', KEYS[4], ARGV[10]) == 0 then
-    table.insert(turns, ARGV[10])
+  local turns = redis.call('SMEMBERS', open_turns)
+  if ARGV[6] ~= '' and redis.call('SISMEMBER', open_turns, ARGV[6]) == 0 then
+    table.insert(turns, ARGV[6])
   end
   for _, turn in ipairs(turns) do
-    redis.call('SET', ARGV[11] .. turn, ARGV[13], 'EX', keep)
-    redis.call('RPUSH', KEYS[6], 'stop:' .. turn)
+    redis.call('SET', p .. '@TOMB@' .. turn, ARGV[7], 'EX', keep)
+    redis.call('RPUSH', bell, 'stop:' .. turn)
   end
-  redis.call('EXPIRE', KEYS[6], ARGV[14])
+  redis.call('EXPIRE', bell, @BELL_TTL@)
   result = tostring(#turns)
-elseif route == 'queue' then
-  redis.call('RPUSH', KEYS[7], ARGV[8])
-  redis.call('EXPIRE', KEYS[7], keep)
-elseif route == 'approve' then
-  redis.call('RPUSH', KEYS[8], ARGV[8])
-  redis.call('EXPIRE', KEYS[8], keep)
+elseif route == 'queue' or route == 'approve' then
+  local key = p .. (route == 'queue' and '@INBOX@' or '@APPROVALS@')
+  redis.call('RPUSH', key, ARGV[4])
+  redis.call('EXPIRE', key, keep)
 else
   return redis.error_reply('unknown route ' .. route)
 end
-redis.call('SET', KEYS[1], '1', 'EX', ttl)
-redis.call('SET', KEYS[2], '1', 'EX', ttl)
+redis.call('SET', KEYS[1], '1', 'EX', @DEDUPE_TTL@)
+redis.call('SET', KEYS[2], '1', 'EX', @DEDUPE_TTL@)
 return {1, route, result}
 """
+
+
+def _submit_script(keys: BotKeys) -> str:
+    """The submit script with the session key suffixes and TTLs of this deployment."""
+    probe = "s"
+    prefix = keys.session.session_prefix(probe)
+
+    def suffix(name: str) -> str:
+        assert name.startswith(prefix)
+        return name[len(prefix) :]
+
+    values = {
+        "@HISTORY@": suffix(keys.session.history(probe)),
+        "@OPEN@": suffix(keys.open_turns(probe)),
+        "@BELL@": suffix(keys.session.bell(probe)),
+        "@STOPPED@": suffix(keys.stopped_at(probe)),
+        "@LIVE@": suffix(keys.live_turn(probe)),
+        "@STEER@": suffix(keys.session.steers(probe)),
+        "@TOMB@": suffix(keys.session.tombstone(probe, "")),
+        "@INBOX@": suffix(keys.inbox(probe)),
+        "@APPROVALS@": suffix(keys.approvals(probe)),
+        "@KEEP@": str(TOMBSTONE_TTL_S),
+        "@BELL_TTL@": str(BELL_TTL_S),
+        "@DEDUPE_TTL@": str(DEDUPE_TTL_S),
+    }
+    script = _SUBMIT
+    for placeholder, value in values.items():
+        script = script.replace(placeholder, value)
+    return script
 
 
 class Route(StrEnum):
@@ -158,7 +197,7 @@ class Queue:
     def __init__(self, redis: aioredis.Redis, keys: BotKeys | None = None) -> None:
         self._redis = redis
         self._keys = keys or BotKeys()
-        self._submit = redis.register_script(_SUBMIT)
+        self._submit = redis.register_script(_submit_script(self._keys))
 
     @property
     def keys(self) -> BotKeys:
@@ -198,28 +237,17 @@ class Queue:
             k.seen_event(event.platform, event.event_id),
             message_key,
             k.turns_stream,
-            k.open_turns(session),
-            k.session.steers(session),
-            k.session.bell(session),
-            k.inbox(session),
-            k.approvals(session),
-            k.stopped_at(session),
-            k.live_turn(session),
             k.session.history(session),
         ]
         used = set(routes)
         args: list[str | int] = [
-            *(route.value if route else "" for route in routes),
-            DEDUPE_TTL_S,
+            "|".join(route.value if route else "" for route in routes),
             _job(event) if Route.START in used else "",
             _steer(event) if Route.STEER in used else "",
             event.model_dump_json() if used & {Route.QUEUE, Route.APPROVE} else "",
             turn_id_for(event),
             stop_turn,
-            k.session.tombstone(session, ""),
-            TOMBSTONE_TTL_S,
             event.author_name or event.author,
-            BELL_TTL_S,
             repr(event.sent_at),
         ]
         try:
