@@ -105,8 +105,23 @@ MAX_COMMAND_CHARS: Final = 200
 _SHORTCODE: Final = re.compile(r":[a-z0-9_+-]{2,}:")
 
 
+# ASCII letters and digits are kept; every other ASCII character becomes a space.
+_ASCII_NON_ALNUM: Final = str.maketrans(
+    {chr(i): " " for i in range(128) if not chr(i).isalnum()}
+)
+
+
 def normalize(text: str) -> str:
     """Return `text` as the parser compares it (see the module docstring)."""
+    if text.isascii():
+        # The same result as the general path (NFKC is the identity on ASCII and casefold is
+        # lower), without a per-character category lookup: this runs on every inbound message.
+        folded = _SHORTCODE.sub(" ", text.lower())
+        return " ".join(folded.translate(_ASCII_NON_ALNUM).split())
+    return _normalize_unicode(text)
+
+
+def _normalize_unicode(text: str) -> str:
     folded = _SHORTCODE.sub(" ", unicodedata.normalize("NFKC", text).casefold())
     kept = "".join(c if unicodedata.category(c)[0] in "LN" else " " for c in folded)
     return " ".join(kept.split())

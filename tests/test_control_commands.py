@@ -185,3 +185,11 @@ def test_a_command_is_its_own_normal_form(text: str) -> None:
     if command is not None:
         assert command.intent in set(ControlIntent)
         assert parse_control(command.text) == command
+
+
+@settings(max_examples=1000)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_the_ascii_fast_path_normalizes_exactly_like_the_general_one(text: str) -> None:
+    from bot.control_commands import _normalize_unicode
+
+    assert normalize(text) == _normalize_unicode(text)
