@@ -106,9 +106,7 @@ _SHORTCODE: Final = re.compile(r":[a-z0-9_+-]{2,}:")
 
 
 # ASCII letters and digits are kept; every other ASCII character becomes a space.
-_ASCII_NON_ALNUM: Final = str.maketrans(
-    {chr(i): " " for i in range(128) if not chr(i).isalnum()}
-)
+_ASCII_NON_ALNUM: Final = str.maketrans({chr(i): " " for i in range(128) if not chr(i).isalnum()})
 
 
 def normalize(text: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from enum import StrEnum
+from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict
 
@@ -86,7 +87,7 @@ class ChatEvent(BaseModel):
     """When the platform says the message was sent (epoch seconds; 0 when unknown). A stop
     cancels requests sent before it, even when their delivery arrives after it."""
 
-    @property
+    @cached_property
     def session_id(self) -> str:
         """The stable session id of the event's thread."""
         return session_id_for(self.platform, self.workspace, self.channel, self.thread)

@@ -10,6 +10,7 @@ window) are ours, so every failure is a 401 and never a 500.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -68,6 +69,12 @@ class _Clock(Clock):
         return self._now()
 
 
+@functools.lru_cache(maxsize=8)
+def _verifier(secret: str, now: Callable[[], float]) -> SignatureVerifier:
+    """One verifier per (secret, clock): it is stateless, and building one costs per request."""
+    return SignatureVerifier(secret, clock=_Clock(now))
+
+
 def verify_slack(
     body: bytes,
     headers: Mapping[str, str],
@@ -82,7 +89,7 @@ def verify_slack(
         raise NotAuthentic("missing or malformed signature headers")
     if abs(now() - int(timestamp)) > SLACK_WINDOW_S:
         raise NotAuthentic("timestamp outside the 5-minute window")
-    verifier = SignatureVerifier(secret, clock=_Clock(now))
+    verifier = _verifier(secret, now)
     try:  # slack_sdk decodes the body as UTF-8 and raises on bytes Slack would never send
         valid = verifier.is_valid(body=body, timestamp=timestamp, signature=signature)
     except ValueError as exc:  # UnicodeDecodeError is a ValueError
