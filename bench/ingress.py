@@ -70,7 +70,6 @@ if str(_ROOT) not in sys.path:  # run as a script: make `tests.fakes` importable
     sys.path.insert(0, str(_ROOT))
 
 import aiohttp  # noqa: E402
-import redis  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
 from fastapi import FastAPI, Request, Response  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
@@ -79,6 +78,7 @@ from rich.table import Table  # noqa: E402
 
 from bot.keys import BotKeys  # noqa: E402
 from tests.fakes import signing as sg  # noqa: E402
+from tests.loopback import spawn_redis  # noqa: E402
 
 TARGETS = ("bare", "ours", "bolt")
 SECRET = "bench-signing-secret-0000000000000"
@@ -211,12 +211,6 @@ def serve(kind: str, fd: int, port: int, redis_port: int, profile: str | None) -
 # processes: redis-server and the three servers
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -225,32 +219,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def _spawn_redis(binary: str, workdir: str) -> tuple[subprocess.Popen[bytes], int]:
-    """Start redis-server on a free loopback port and wait until it answers PING."""
-    for _ in range(5):
-        port = _free_port()
-        proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-            + ["--appendonly", "no", "--dir", workdir, "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=port, socket_connect_timeout=0.2)
-        try:
-            for _ in range(250):
-                try:
-                    if client.ping():
-                        return proc, port
-                except redis.ConnectionError:
-                    if proc.poll() is not None:
-                        break  # the port was taken after all: try another one
-                    time.sleep(0.02)
-        finally:
-            client.close()
-        _stop(proc)
-    raise SystemExit("could not start redis-server on a loopback port")
 
 
 @dataclass
@@ -307,11 +275,11 @@ def processes(
     targets: Sequence[str], profile: str | None
 ) -> Iterator[tuple[int, int, dict[str, Server]]]:
     """Run redis-server and the targets' servers for the block; yield Redis's pid, port, servers."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not on PATH (`make redis-server` installs it)")
     with tempfile.TemporaryDirectory(prefix="chatops-bench-ingress-") as workdir:
-        redis_proc, redis_port = _spawn_redis(binary, workdir)
+        try:
+            redis_proc, redis_port = spawn_redis(workdir)
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from exc
         servers: dict[str, Server] = {}
         try:
             for kind in targets:

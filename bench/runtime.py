@@ -38,8 +38,6 @@ import argparse
 import asyncio
 import gc
 import itertools
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,12 +46,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import redis
 import redis.asyncio as aioredis
 from rich.console import Console
 from rich.table import Table
+
+if __package__ in (None, ""):  # run as a script: make the project root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_core import (
     AssistantMessage,
@@ -77,6 +78,7 @@ from agent_core import (
 )
 from agent_core.events import EventSource, FunctionCallPart, FunctionResponsePart, Part, TextPart
 from agent_core.testing import ScriptedModel, calls, text
+from tests.loopback import spawn_redis
 
 Action = Literal["none", "steer", "stop"]
 
@@ -117,47 +119,14 @@ class Settings:
 # redis-server and clients
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _spawn_redis(binary: str, workdir: str) -> tuple[subprocess.Popen[bytes], int]:
-    """Start redis-server on a free loopback port and wait until it answers PING."""
-    for _ in range(5):
-        port = _free_port()
-        proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-            + ["--appendonly", "no", "--dir", workdir, "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=port, socket_connect_timeout=0.2)
-        try:
-            for _ in range(250):
-                try:
-                    if client.ping():
-                        return proc, port
-                except redis.ConnectionError:
-                    if proc.poll() is not None:
-                        break  # the port was taken after all: try another one
-                    time.sleep(0.02)
-        finally:
-            client.close()
-        proc.kill()
-        proc.wait()
-    raise SystemExit("could not start redis-server on a loopback port")
-
-
 @contextmanager
 def redis_server() -> Iterator[int]:
     """Run a throwaway redis-server for the duration of the block; yield its port."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not on PATH (`make redis-server` installs it)")
     with tempfile.TemporaryDirectory(prefix="chatops-bench-") as workdir:
-        proc, port = _spawn_redis(binary, workdir)
+        try:
+            proc, port = spawn_redis(workdir)
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from exc
         try:
             yield port
         finally:

@@ -1,0 +1,71 @@
+"""Loopback processes shared by the test fixtures and the benchmarks: a free port, redis-server.
+
+Redis is never faked: tests and benches start a real `redis-server` bound to 127.0.0.1 on a
+free port, without persistence, in a directory of their own.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+__all__ = ["free_port", "spawn_redis"]
+
+
+def free_port() -> int:
+    """Return a TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn_redis(workdir: str | Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Start redis-server on a free loopback port and wait until it answers PING.
+
+    Raises:
+        RuntimeError: redis-server is not installed, or would not start.
+    """
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed: run `make test`, which installs it")
+    for _ in range(5):
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(workdir),
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=port, socket_connect_timeout=0.2)
+        try:
+            for _ in range(250):
+                try:
+                    if client.ping():
+                        return proc, port
+                except redis.ConnectionError:
+                    if proc.poll() is not None:
+                        break  # the port was taken after all: try another one
+                    time.sleep(0.02)
+        finally:
+            client.close()
+        proc.kill()
+        proc.wait()
+    raise RuntimeError("could not start redis-server on a loopback port")
