@@ -247,3 +247,29 @@ async def test_f14_a_legacy_card_callback_is_verified_with_the_token(feishu, red
     assert await redis_client.exists(Keys().tombstone(session, job["turn_id"])) == 1
     assert (await feishu.post("/feishu/card", genuine)).status_code == 200  # replay: no-op
     assert await redis_client.llen(Keys().bell(session)) == 1
+
+
+def _receive_with(**message_fields: Any) -> dict[str, Any]:
+    payload = sg.feishu_message_receive()
+    payload["event"]["message"].update(message_fields)
+    return payload
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _receive_with(content={"text": "not a string"}),
+        _receive_with(mentions="not a list"),
+        _receive_with(create_time="abc"),
+        _receive_with(chat_id=None, message_id=7),
+        {**sg.feishu_message_receive(), "event": {"sender": None, "message": {}}},
+    ],
+)
+async def test_f9_authentic_payloads_of_unexpected_shape_are_400_not_500(
+    feishu, redis_client, payload
+) -> None:
+    response = await feishu.post("/feishu/events", sealed(payload))
+    assert response.status_code in (200, 400)  # 200 only when the odd field is harmless
+    assert response.status_code != 500
+    if response.status_code == 400:
+        assert response.json() == {"error": "malformed request"}

@@ -345,3 +345,30 @@ async def test_a_stop_cancels_a_request_sent_before_it_that_arrives_after_it(
     metrics = (await post.get("/metrics")).text
     assert 'chatops_ingress_events_total{outcome="cancelled",platform="slack"} 1.0' in metrics
     await down.aclose()
+
+
+def _mention_with(**event_fields: Any) -> dict[str, Any]:
+    payload = sg.slack_app_mention()
+    payload["event"].update(event_fields)
+    return payload
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _mention_with(text={"rich": "text"}),
+        _mention_with(ts=1700000000.0001),
+        _mention_with(thread_ts=["x"]),
+        _mention_with(channel=None),
+        {**sg.slack_app_mention(), "event": ["not", "an", "object"]},
+        {**sg.slack_app_mention(), "event_id": 42},
+        _mention_with(type="message", subtype="message_changed", message="nope"),
+    ],
+)
+async def test_s15_authentic_payloads_of_unexpected_shape_are_400_not_500(
+    post, redis_client, payload
+) -> None:
+    response = await post(*signed(payload))
+    assert response.status_code == 400
+    assert response.headers["x-slack-no-retry"] == "1"
+    assert await stream_len(redis_client) == 0

@@ -90,7 +90,7 @@ class FeishuVerifier:
             )
             if not await nonce_guard(headers["x-lark-request-nonce"]):
                 return FeishuInbound(replay=True)
-            return FeishuInbound(event=_legacy_card_action(payload))
+            return FeishuInbound(event=_guarded(_legacy_card_action, payload))
         signed = scheme == "v2"
         payload = self._decrypt(body)
         self._check_token(payload)
@@ -100,8 +100,7 @@ class FeishuVerifier:
             raise NotAuthentic("unsigned request that is not a challenge")
         if not await nonce_guard(headers["x-lark-request-nonce"]):
             return FeishuInbound(replay=True)
-        event = _card_action(payload) if card else normalize_event(payload, self.identity)
-        return FeishuInbound(event=event)
+        return FeishuInbound(event=_normalized(payload, self.identity, card=card))
 
     def _check_signature(
         self, body: bytes, headers: Mapping[str, str], now: float, *, card: bool
@@ -145,6 +144,24 @@ class FeishuVerifier:
             token.encode(), self.verification_token.encode()
         ):
             raise NotAuthentic("verification token mismatch")
+
+
+def _normalized(
+    payload: Mapping[str, Any], identity: FeishuIdentity, *, card: bool
+) -> ChatEvent | None:
+    if card:
+        return _guarded(_card_action, payload)
+    return _guarded(lambda p: normalize_event(p, identity), payload)
+
+
+def _guarded(
+    normalize: Callable[[Mapping[str, Any]], ChatEvent | None], payload: Mapping[str, Any]
+) -> ChatEvent | None:
+    """Normalize an authentic payload; a field of an unexpected type is a 400, never a 500."""
+    try:
+        return normalize(payload)
+    except (TypeError, AttributeError, ValueError) as exc:  # ValidationError is a ValueError
+        raise MalformedRequest(f"unexpected payload shape: {type(exc).__name__}") from exc
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

@@ -99,7 +99,19 @@ def verify_slack(
 
 
 def parse_slack(body: bytes, content_type: str, identity: SlackIdentity) -> SlackInbound:
-    """Parse a verified request body into a challenge, an event, or nothing."""
+    """Parse a verified request body into a challenge, an event, or nothing.
+
+    Raises:
+        MalformedRequest: The body cannot be understood, including any field of an unexpected
+            type: the body is authentic but untrusted input, and its shape is never a 500.
+    """
+    try:
+        return _parse(body, content_type, identity)
+    except (TypeError, AttributeError, ValueError) as exc:  # ValidationError is a ValueError
+        raise MalformedRequest(f"unexpected payload shape: {type(exc).__name__}") from exc
+
+
+def _parse(body: bytes, content_type: str, identity: SlackIdentity) -> SlackInbound:
     if content_type.startswith("application/x-www-form-urlencoded"):
         if body.startswith(b"ssl_check=1"):
             return SlackInbound()  # Slack's certificate probe: a signed 200 is all it needs
@@ -136,6 +148,13 @@ def _str(payload: Mapping[str, Any], key: str) -> str:
     return value
 
 
+def _optional_str(payload: Mapping[str, Any], key: str) -> str:
+    value = payload.get(key)
+    if value is not None and not isinstance(value, str):
+        raise MalformedRequest(f"{key!r} is not a string")
+    return value or ""
+
+
 def _event(payload: Mapping[str, Any], identity: SlackIdentity) -> ChatEvent | None:
     event = payload.get("event")
     if not isinstance(event, dict):
@@ -148,7 +167,7 @@ def _event(payload: Mapping[str, Any], identity: SlackIdentity) -> ChatEvent | N
         if subtype == "message_changed" and previous.get("text") == current.get("text"):
             return None  # an unfurl or attachment change, not an edit a person made
         return _changed(payload, event, identity, subtype)
-    text = event.get("text") or ""
+    text = _optional_str(event, "text")
     mention = f"<@{identity.user_id}>"
     ts = _str(event, "ts")
     return ChatEvent(
@@ -156,7 +175,7 @@ def _event(payload: Mapping[str, Any], identity: SlackIdentity) -> ChatEvent | N
         event_id=_str(payload, "event_id"),
         workspace=str(payload.get("team_id") or event.get("team") or ""),
         channel=_str(event, "channel"),
-        thread=str(event.get("thread_ts") or ts),
+        thread=_optional_str(event, "thread_ts") or ts,
         message_id=ts,
         author=str(event.get("user") or event.get("bot_id") or ""),
         author_kind=_author_kind(event, identity),
