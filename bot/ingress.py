@@ -58,6 +58,15 @@ class Ingress:
     feishu: FeishuVerifier | None = None
     clock: Callable[[], float] = time.time
 
+    async def forget_nonce(self, nonce: str) -> None:
+        """Drop a recorded nonce (best effort: Redis just failed us once already)."""
+        if not nonce:
+            return
+        try:
+            await self.redis.delete(self.queue.keys.seen_nonce(nonce))
+        except RedisError as exc:
+            log.warning("could not forget a nonce: %s", exc)
+
     async def fresh_nonce(self, nonce: str) -> bool:
         """Record a Feishu nonce; False when it was seen within the window (a replay)."""
         key = self.queue.keys.seen_nonce(nonce)
@@ -136,6 +145,10 @@ async def _feishu(request: Request, *, card: bool) -> Response:
     if inbound.event is None:
         return JSONResponse({"ok": True})
     response = await _accept(ingress, inbound.event)
+    if response.status_code == 503:
+        # Not written: forget the nonce, so a redelivery of these very bytes is not taken for
+        # a replay (the event-id dedupe still guarantees it is written once).
+        await ingress.forget_nonce(request.headers.get("x-lark-request-nonce", ""))
     if card and response.status_code == 200:
         return JSONResponse({"toast": {"type": "info", "content": "Received."}})
     return response

@@ -273,3 +273,17 @@ async def test_f9_authentic_payloads_of_unexpected_shape_are_400_not_500(
     assert response.status_code != 500
     if response.status_code == 400:
         assert response.json() == {"error": "malformed request"}
+
+
+async def test_f9_absurdly_nested_json_is_400_even_unsigned(feishu, redis_client) -> None:
+    body = b"[" * 200_000 + b"]" * 200_000
+    for path in ("/feishu/events", "/feishu/card"):
+        response = await feishu.post(path, (body, {"Content-Type": "application/json"}))
+        assert response.status_code == 400
+
+
+async def test_an_absurd_send_time_is_ignored_not_a_500(feishu, redis_client) -> None:
+    response = await feishu.post("/feishu/events", sealed(_receive_with(create_time="9" * 400)))
+    assert response.status_code == 200
+    job = json.loads((await redis_client.xrange(KEYS.turns_stream))[0][1][b"job"])
+    assert job["event"]["sent_at"] == 0

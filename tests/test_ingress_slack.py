@@ -372,3 +372,19 @@ async def test_s15_authentic_payloads_of_unexpected_shape_are_400_not_500(
     assert response.status_code == 400
     assert response.headers["x-slack-no-retry"] == "1"
     assert await stream_len(redis_client) == 0
+
+
+async def test_s15_absurdly_nested_json_is_400(post, redis_client) -> None:
+    response = await post(*signed(b"[" * 200_000 + b"]" * 200_000))
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize("ts", ["nan", "1e999"])
+async def test_a_non_finite_ts_never_makes_a_job_that_cannot_be_read(
+    post, redis_client, ts
+) -> None:
+    from bot.queue import TurnJob
+
+    assert (await post(*signed(_mention_with(ts=ts)))).status_code == 200
+    entry = (await redis_client.xrange(KEYS.turns_stream))[0][1][b"job"]
+    assert TurnJob.model_validate_json(entry).event.sent_at == 0

@@ -17,6 +17,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -160,14 +161,15 @@ def _guarded(
     """Normalize an authentic payload; a field of an unexpected type is a 400, never a 500."""
     try:
         return normalize(payload)
-    except (TypeError, AttributeError, ValueError) as exc:  # ValidationError is a ValueError
+    except (TypeError, AttributeError, ValueError, ArithmeticError, RecursionError) as exc:
+        # pydantic's ValidationError is a ValueError
         raise MalformedRequest(f"unexpected payload shape: {type(exc).__name__}") from exc
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
     try:
         value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, or absurd nesting
         raise MalformedRequest("body is not JSON") from exc
     if not isinstance(value, dict):
         raise MalformedRequest("body is not a JSON object")
@@ -249,9 +251,10 @@ def _v1_message_event(event_id: str, tenant: str, event: Mapping[str, Any]) -> C
 def _millis(value: Any) -> float:
     """Feishu's millisecond timestamps (strings) as epoch seconds; 0 when absent."""
     try:
-        return int(str(value)) / 1000
-    except ValueError:
+        seconds = int(str(value)) / 1000
+    except (ValueError, OverflowError):
         return 0.0
+    return seconds if math.isfinite(seconds) else 0.0
 
 
 def _text_of(message: Mapping[str, Any], identity: FeishuIdentity) -> tuple[str, bool]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -107,7 +108,8 @@ def parse_slack(body: bytes, content_type: str, identity: SlackIdentity) -> Slac
     """
     try:
         return _parse(body, content_type, identity)
-    except (TypeError, AttributeError, ValueError) as exc:  # ValidationError is a ValueError
+    except (TypeError, AttributeError, ValueError, ArithmeticError, RecursionError) as exc:
+        # pydantic's ValidationError is a ValueError; absurd JSON nesting is a RecursionError
         raise MalformedRequest(f"unexpected payload shape: {type(exc).__name__}") from exc
 
 
@@ -227,9 +229,10 @@ def _author_kind(event: Mapping[str, Any], identity: SlackIdentity) -> AuthorKin
 def _seconds(ts: str) -> float:
     """A Slack `ts` (`"1700000000.000100"`) as epoch seconds; 0 when it is not one."""
     try:
-        return float(ts)
+        seconds = float(ts)
     except ValueError:
         return 0.0
+    return seconds if math.isfinite(seconds) else 0.0  # "nan" and "1e999" parse as floats
 
 
 def _strip_mention(text: str, mention: str) -> str:
