@@ -103,10 +103,10 @@ def _unavailable() -> JSONResponse:
     return JSONResponse({"error": "temporarily unavailable, retry"}, status_code=503)
 
 
-async def _accept(ingress: Ingress, event: ChatEvent) -> Response:
-    """Decide and enqueue within the ack budget; 503 when Redis cannot take the event."""
+async def _accept(ingress: Ingress, event: ChatEvent, budget: float = ACK_BUDGET_S) -> Response:
+    """Decide and enqueue within `budget` seconds; 503 when Redis cannot take the event."""
     try:
-        async with asyncio.timeout(ACK_BUDGET_S):
+        async with asyncio.timeout(max(budget, 0.0)):
             outcome = await route_event(ingress.queue, event)
     except (TimeoutError, QueueUnavailable) as exc:
         ingress.metrics.unavailable.inc()
@@ -120,8 +120,10 @@ async def _feishu(request: Request, *, card: bool) -> Response:
     ingress: Ingress = request.app.state.ingress
     if ingress.feishu is None:
         return JSONResponse({"error": "feishu is not configured"}, status_code=404)
+    clock = asyncio.get_running_loop().time
+    deadline = clock() + ACK_BUDGET_S  # one budget for verification and the write together
     try:
-        async with asyncio.timeout(ACK_BUDGET_S):
+        async with asyncio.timeout_at(deadline):
             body = await _read_body(request)
             inbound = await ingress.feishu.open(
                 body,
@@ -144,7 +146,7 @@ async def _feishu(request: Request, *, card: bool) -> Response:
         return JSONResponse({"ok": True})
     if inbound.event is None:
         return JSONResponse({"ok": True})
-    response = await _accept(ingress, inbound.event)
+    response = await _accept(ingress, inbound.event, budget=deadline - clock())
     if response.status_code == 503:
         # Not written: forget the nonce, so a redelivery of these very bytes is not taken for
         # a replay (the event-id dedupe still guarantees it is written once).
