@@ -281,45 +281,50 @@ def _author_kind(sender: Mapping[str, Any], identity: FeishuIdentity) -> AuthorK
 
 
 def _card_action(payload: Mapping[str, Any]) -> ChatEvent:
+    """A `card.action.trigger` callback (schema 2.0)."""
     event_id, _, tenant, event = _event_envelope(payload)
     operator = _dict(event.get("operator"), "operator")
-    action = _dict(event.get("action"), "action")
     context = _dict(event.get("context"), "context")
-    value = action.get("value")
-    if not isinstance(value, dict) or not isinstance(value.get("action"), str):
-        raise MalformedRequest("card action without a value")
     message_id = str(context.get("open_message_id") or "")
-    return ChatEvent(
-        platform=Platform.FEISHU,
+    return _button_press(
+        event.get("action"),
         event_id=event_id or f"card-{message_id}-{event.get('token')}",
-        kind=EventKind.ACTION,
         workspace=tenant or str(operator.get("tenant_key") or ""),
         channel=str(context.get("open_chat_id") or ""),
-        thread=str(value.get("thread") or message_id),
-        message_id="",
+        message_id=message_id,
         author=str(operator.get("open_id") or ""),
-        author_kind=AuthorKind.HUMAN,
-        action=value["action"],
-        action_value=str(value.get("turn") or ""),
     )
 
 
 def _legacy_card_action(payload: Mapping[str, Any]) -> ChatEvent:
     """A legacy (flat) card callback: `open_id`, `open_message_id`, `action.value`."""
-    action = _dict(payload.get("action"), "action")
-    value = action.get("value")
-    if not isinstance(value, dict) or not isinstance(value.get("action"), str):
-        raise MalformedRequest("card action without a value")
     message_id = str(payload.get("open_message_id") or "")
-    return ChatEvent(
-        platform=Platform.FEISHU,
+    return _button_press(
+        payload.get("action"),
         event_id=f"card-{message_id}-{payload.get('token')}",
-        kind=EventKind.ACTION,
         workspace=str(payload.get("tenant_key") or ""),
         channel=str(payload.get("open_chat_id") or ""),
+        message_id=message_id,
+        author=str(payload.get("open_id") or ""),
+    )
+
+
+def _button_press(
+    action: Any, *, event_id: str, workspace: str, channel: str, message_id: str, author: str
+) -> ChatEvent:
+    """The `ChatEvent` of a card button press, whichever callback format carried it."""
+    value = _dict(action, "action").get("value")
+    if not isinstance(value, dict) or not isinstance(value.get("action"), str):
+        raise MalformedRequest("card action without a value")
+    return ChatEvent(
+        platform=Platform.FEISHU,
+        event_id=event_id,
+        kind=EventKind.ACTION,
+        workspace=workspace,
+        channel=channel,
         thread=str(value.get("thread") or message_id),
         message_id="",
-        author=str(payload.get("open_id") or ""),
+        author=author,
         author_kind=AuthorKind.HUMAN,
         action=value["action"],
         action_value=str(value.get("turn") or ""),
