@@ -78,7 +78,7 @@ from rich.table import Table  # noqa: E402
 
 from bot.keys import BotKeys  # noqa: E402
 from tests.fakes import signing as sg  # noqa: E402
-from tests.loopback import spawn_redis  # noqa: E402
+from tests.loopback import spawn_redis, stop_process  # noqa: E402
 
 TARGETS = ("bare", "ours", "bolt")
 SECRET = "bench-signing-secret-0000000000000"
@@ -211,16 +211,6 @@ def serve(kind: str, fd: int, port: int, redis_port: int, profile: str | None) -
 # processes: redis-server and the three servers
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @dataclass
 class Server:
     """One target's server process, listening on a socket this process bound."""
@@ -287,8 +277,8 @@ def processes(
             yield redis_proc.pid, redis_port, servers
         finally:
             for server in servers.values():
-                _stop(server.proc)
-            _stop(redis_proc)
+                stop_process(server.proc)
+            stop_process(redis_proc)
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,7 +39,6 @@ import asyncio
 import gc
 import itertools
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,7 +77,7 @@ from agent_core import (
 )
 from agent_core.events import EventSource, FunctionCallPart, FunctionResponsePart, Part, TextPart
 from agent_core.testing import ScriptedModel, calls, text
-from tests.loopback import spawn_redis
+from tests.loopback import spawn_redis, stop_process
 
 Action = Literal["none", "steer", "stop"]
 
@@ -130,12 +129,7 @@ def redis_server() -> Iterator[int]:
         try:
             yield port
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 class _CountingConnection(aioredis.Connection):

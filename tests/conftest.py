@@ -16,7 +16,7 @@ from tests.fakes.feishu_api import _feishu_api_server, feishu_api  # noqa: F401
 from tests.fakes.openai_provider import _fake_llm_server, fake_llm  # noqa: F401
 from tests.fakes.service import slow_service  # noqa: F401
 from tests.fakes.slack_api import _slack_api_server, slack_api  # noqa: F401
-from tests.loopback import free_port, spawn_redis
+from tests.loopback import free_port, spawn_redis, stop_process
 
 __all__ = ["free_port"]
 
@@ -29,8 +29,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     except RuntimeError as exc:
         pytest.fail(str(exc))
     yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(timeout=10)
+    stop_process(proc)
 
 
 @pytest.fixture

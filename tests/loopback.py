@@ -14,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-__all__ = ["free_port", "spawn_redis"]
+__all__ = ["free_port", "spawn_redis", "stop_process"]
 
 
 def free_port() -> int:
@@ -66,6 +66,16 @@ def spawn_redis(workdir: str | Path) -> tuple[subprocess.Popen[bytes], int]:
                     time.sleep(0.02)
         finally:
             client.close()
+        stop_process(proc, timeout=0)
+    raise RuntimeError("could not start redis-server on a loopback port")
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """Terminate a child process, killing it if it does not exit within `timeout`."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    raise RuntimeError("could not start redis-server on a loopback port")
