@@ -137,6 +137,8 @@ _TABLE: Final[Mapping[tuple[str, ...], ControlIntent | None]] = MappingProxyType
     {_units(normalize(phrase)): intent for phrase, intent in PHRASES.items()}
 )
 _LONGEST: Final = max(len(units) for units in _TABLE)
+_FIRST_UNITS: Final = frozenset(units[0] for units in _TABLE)
+"""A command's first unit starts some phrase: most messages are ruled out by this one lookup."""
 
 
 def _segment(units: tuple[str, ...]) -> tuple[tuple[str, ...], ...] | None:
@@ -175,7 +177,10 @@ def parse_control(text: str) -> ControlCommand | None:
     normalized = normalize(text)
     if not normalized or len(normalized) > MAX_COMMAND_CHARS:
         return None
-    pieces = _segment(_units(normalized))
+    units = _units(normalized)
+    if units[0] not in _FIRST_UNITS:
+        return None
+    pieces = _segment(units)
     if pieces is None:
         return None
     intent = _combine({i for piece in pieces if (i := _TABLE[piece]) is not None})

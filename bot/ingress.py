@@ -44,6 +44,8 @@ MAX_BODY_BYTES = 1_000_000
 """Larger bodies are refused with 413 before any signature work (RELIABILITY S16)."""
 ACK_BUDGET_S = 2.5
 """Time allowed for the Redis work of one request; the platforms give up after 3 s."""
+_REDIS_CALL_S = 5.0
+"""Deadline of the ingress's Redis calls that no request waits on (startup, cleanup)."""
 
 
 @dataclass(eq=False)
@@ -63,8 +65,9 @@ class Ingress:
         if not nonce:
             return
         try:
-            await self.redis.delete(self.queue.keys.seen_nonce(nonce))
-        except RedisError as exc:
+            async with asyncio.timeout(_REDIS_CALL_S):
+                await self.redis.delete(self.queue.keys.seen_nonce(nonce))
+        except (RedisError, TimeoutError) as exc:
             log.warning("could not forget a nonce: %s", exc)
 
     async def fresh_nonce(self, nonce: str) -> bool:
@@ -112,7 +115,7 @@ async def _accept(ingress: Ingress, event: ChatEvent, budget: float = ACK_BUDGET
         ingress.metrics.unavailable.inc()
         log.warning("event %s not accepted: %s", event.event_id, exc)
         return _unavailable()
-    ingress.metrics.events.labels(event.platform.value, outcome).inc()
+    ingress.metrics.event(event.platform.value, outcome)
     return _ok()
 
 
@@ -142,7 +145,7 @@ async def _feishu(request: Request, *, card: bool) -> Response:
     if inbound.challenge is not None:
         return JSONResponse({"challenge": inbound.challenge})
     if inbound.replay:
-        ingress.metrics.events.labels("feishu", "replay").inc()
+        ingress.metrics.event("feishu", "replay")
         return JSONResponse({"ok": True})
     if inbound.event is None:
         return JSONResponse({"ok": True})
@@ -236,8 +239,10 @@ def create_app(
             verifier = await _feishu_verifier(settings, feishu)
             queue = Queue(client)
             try:
-                await queue.ensure_group()
-            except QueueUnavailable as exc:  # serve anyway: /readyz says 503, events get 503
+                async with asyncio.timeout(_REDIS_CALL_S):
+                    await queue.ensure_group()
+            except (QueueUnavailable, TimeoutError) as exc:
+                # serve anyway: /readyz says 503, events get 503
                 log.warning("starting without Redis: %s", exc)
             app.state.ingress = Ingress(
                 settings, client, queue, IngressMetrics(), identity, verifier, clock
@@ -258,12 +263,16 @@ def create_app(
 
 
 def ingress_redis(url: str) -> aioredis.Redis:
-    """The ingress's Redis client (redis-py's defaults; bench/ingress.py builds the same).
+    """The ingress's Redis client (bench/ingress.py builds the same).
 
-    Tried and measured: turning off redis-py's 5 s per-command socket timeout made the
-    endpoint slower here (0.33-0.35x vs 0.38-0.40x of a bare endpoint), so it stays on.
+    redis-py's per-command socket timeout is off: it wraps every read in a timer of its own,
+    which cost 12 of the 41 µs of CPU a script call takes here (measured with 16 concurrent
+    callers), on the webhook's hot path. Every command this client sends runs under a deadline
+    of the caller's instead (the 2.5 s ack budget, readyz's 1 s, `_REDIS_CALL_S` elsewhere),
+    and redis-py drops a connection whose command was cancelled. A URL that sets
+    `socket_timeout` still wins.
     """
-    return aioredis.Redis.from_url(url)
+    return aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=_REDIS_CALL_S)
 
 
 def _redis_from(settings: Settings) -> aioredis.Redis:

@@ -19,6 +19,7 @@ class IngressMetrics:
             ["platform", "outcome"],
             registry=self.registry,
         )
+        self._event_children: dict[tuple[str, str], Counter] = {}
         self.rejected = Counter(
             "chatops_ingress_rejected",
             "Requests refused, by platform and HTTP status",
@@ -30,6 +31,17 @@ class IngressMetrics:
             "Events answered 503 because Redis could not take them in time",
             registry=self.registry,
         )
+
+    def event(self, platform: str, outcome: str) -> None:
+        """Count one inbound event.
+
+        The labelled child is looked up once per label pair: `labels()` takes a lock and builds
+        a tuple on every call, and this runs on the webhook's hot path.
+        """
+        child = self._event_children.get((platform, outcome))
+        if child is None:
+            child = self._event_children[platform, outcome] = self.events.labels(platform, outcome)
+        child.inc()
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type."""

@@ -26,7 +26,7 @@ from redis.backoff import NoBackoff
 from agent_core import Keys, load_message
 from bot.adapters.slack import SlackIdentity
 from bot.events import session_id_for
-from bot.ingress import MAX_BODY_BYTES, create_app
+from bot.ingress import MAX_BODY_BYTES, create_app, ingress_redis
 from bot.keys import BotKeys
 from bot.settings import Settings
 from tests.conftest import free_port
@@ -242,7 +242,8 @@ async def test_s13_url_verification_and_ssl_check(post, redis_client) -> None:
 async def test_s14_a_redis_too_slow_for_the_deadline_gets_503_not_200(
     post, redis_client, redis_server
 ) -> None:
-    await post(*signed(sg.slack_url_verification()))  # the app is up before Redis stalls
+    client = ingress_redis(redis_server)  # the client `chatops serve` builds, timeouts and all
+    await post(*signed(sg.slack_url_verification()), redis=client)  # up before Redis stalls
     admin = aioredis.Redis.from_url(redis_server)
     await admin.execute_command("CLIENT", "PAUSE", "4000", "ALL")
     try:
@@ -255,6 +256,10 @@ async def test_s14_a_redis_too_slow_for_the_deadline_gets_503_not_200(
     assert response.status_code == 503 and "x-slack-no-retry" not in response.headers
     assert elapsed < 3.0  # Slack gives up at 3 s; a late 200 would be a lost event
     assert await stream_len(redis_client) == 0
+    # The abandoned command's late reply must not be read as the answer to the next one.
+    assert (await post(*signed(sg.slack_app_mention()))).status_code == 200
+    assert await stream_len(redis_client) == 1
+    await client.aclose()
 
 
 @pytest.mark.parametrize(

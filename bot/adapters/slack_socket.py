@@ -248,7 +248,7 @@ class SlackSocketReceiver:
             log.warning("slack event %s not written, not acknowledged: %s", event.event_id, exc)
             return False
         if self._metrics is not None:
-            self._metrics.events.labels(event.platform.value, outcome).inc()
+            self._metrics.event(event.platform.value, outcome)
         return True
 
     def _normalize(self, request: SocketModeRequest) -> ChatEvent | None:
