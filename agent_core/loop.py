@@ -112,6 +112,7 @@ class _Run:
     history: list[Message] = field(default_factory=list)
     ledger: BalanceLedger = field(default_factory=BalanceLedger)
     call_ids: set[str] = field(default_factory=set)
+    sinks: tuple[EventSink, ...] = ()
 
 
 _CUT_RESULTS: dict[Signal, RunResult] = {
@@ -160,14 +161,35 @@ class Runtime:
             steer_cancels_tools=self._limits.steer_cancels_tools,
         )
 
-    async def run(self, request: TurnRequest, signals: TurnSignals | None = None) -> RunOutcome:
-        """Run one turn to its end and return how it ended, with its diagnostics."""
+    async def run(
+        self,
+        request: TurnRequest,
+        signals: TurnSignals | None = None,
+        *,
+        sink: EventSink | None = None,
+    ) -> RunOutcome:
+        """Run one turn to its end and return how it ended, with its diagnostics.
+
+        Args:
+            request: The turn.
+            signals: Its interrupt state (from `signals_for`), when the caller needs a handle.
+                A stop listener already set on it (`on_stop`) is still called.
+            sink: Receives this run's events, after the runtime-wide sink (a progress card).
+        """
         run = _Run(
             request=request,
             signals=signals or self.signals_for(request),
             diag=RunDiagnostics(session_id=request.session_id, turn_id=request.turn_id),
+            sinks=tuple(s for s in (self._sink, sink) if s is not None),
         )
-        run.signals.on_stop = lambda by: run.diag.note("stop_accepted", by)
+        listener = run.signals.on_stop
+
+        def on_stop(by: str) -> None:
+            run.diag.note("stop_accepted", by)
+            if listener is not None:
+                listener(by)
+
+        run.signals.on_stop = on_stop
         try:
             result = await self._begin(run)
             if result is None:
@@ -300,9 +322,9 @@ class Runtime:
         checkpoint()
         run.diag.events += 1
         closed = run.ledger.observe(event)
-        if self._sink is not None:
+        for sink in run.sinks:
             try:
-                await self._sink(event)
+                await sink(event)
             except Exception:  # a progress card that fails to update must not end the run
                 run.diag.sink_failures += 1
                 log.exception("event sink failed on %s", event.id)

@@ -48,6 +48,34 @@ def serve(
 
 
 @app.command()
+def worker(
+    concurrency: int = typer.Option(8, min=1, help="Analyses this worker runs at once."),
+) -> None:
+    """Run one worker: take turns from the queue, run them, keep their cards true."""
+    import asyncio
+    import signal
+
+    from bot.errors import BotConfigError
+    from bot.settings import Settings
+    from bot.worker import WorkerOptions, open_worker
+
+    async def main() -> None:
+        options = WorkerOptions(concurrency=concurrency)
+        async with open_worker(Settings(), options=options) as running:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, running.stop)
+            typer.echo(f"chatops worker {running.name}: reading turns", err=True)
+            await running.run()
+
+    try:
+        asyncio.run(main())
+    except BotConfigError as exc:
+        typer.echo(f"chatops worker: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@app.command()
 def demo() -> None:
     """Play a scripted incident locally (not available yet in this build)."""
     typer.echo("chatops demo: not available yet; `make test` exercises the runtime end to end.")

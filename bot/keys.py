@@ -47,8 +47,40 @@ class BotKeys:
         return f"{self.session.session_prefix(session_id)}:open-turns"
 
     def live_turn(self, session_id: str) -> str:
-        """The session's live turn id, held by a worker's lease."""
+        """The session's lease: `<fencing token>|<worker>|<turn>`, expiring unless renewed.
+
+        Its existence is what the ingress reads as "a turn is live" (replies then steer).
+        """
         return f"{self.session.session_prefix(session_id)}:live"
+
+    def fence(self, session_id: str) -> str:
+        """Counter of the session's fencing tokens: every lease taken gets a larger one."""
+        return f"{self.session.session_prefix(session_id)}:fence"
+
+    def lease_free(self, session_id: str) -> str:
+        """List rung when the session's lease is released (a waiting worker blocks on it)."""
+        return f"{self.session.session_prefix(session_id)}:lease-free"
+
+    @property
+    def leases(self) -> str:
+        """Sorted set of sessions with a lease, scored by expiry (ms): the reaper's index."""
+        return f"{self.prefix}:leases"
+
+    def card(self, session_id: str) -> str:
+        """Hash of the session's progress card: where it is, its latest state, who may write."""
+        return f"{self.session.session_prefix(session_id)}:card"
+
+    def settle(self, session_id: str, turn_id: str) -> str:
+        """The durable settle record of one claimed turn (written once)."""
+        return f"{self.session.session_prefix(session_id)}:settle:{turn_id}"
+
+    def usage(self, session_id: str) -> str:
+        """Hash of the session's booked token usage (all turns, steered ones included)."""
+        return f"{self.session.session_prefix(session_id)}:usage"
+
+    def book(self, name: str) -> str:
+        """A book (stream): `settles`, `automation`, `no-final-reply`, `remedies`."""
+        return f"{self.prefix}:book:{name}"
 
     def stopped_at(self, session_id: str) -> str:
         """Platform time of the session's latest stop: requests sent before it never start."""

@@ -1,0 +1,273 @@
+"""The actor: runs one analysis (a chain of turns) for a claimed turn job, and accounts for it.
+
+Contract:
+- A turn tombstoned before it starts never calls the model and never posts a card; it is
+  settled `cancelled`.
+- Otherwise the session's progress card is opened (or re-attached), the runtime runs, and every
+  turn it ran is settled once (`bot.settle`) before the next one starts.
+- A steered turn continues in a follow-up turn of the same analysis and card: the follow-up
+  starts from the closed history plus every steer queued at the cut, in order (the runtime's
+  `begin_turn` absorbs them; the model sees each as a correction from a named person). Steers or
+  queued messages that arrive while the final answer streams also get a follow-up turn.
+- A completed turn with an empty answer (not steered) climbs the remedy ladder: it is re-run
+  with a nudge, at most `remedy_rungs` times.
+- The card always ends in a final state: answered, stopped, failed or cancelled, sent shielded
+  on every exit path but two: a lost lease (the new holder owns the card) and a turn left for
+  another worker to resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from agent_core import (
+    Awaiting,
+    Cancelled,
+    Completed,
+    Dispatched,
+    Drained,
+    Failed,
+    RunDiagnostics,
+    RunOutcome,
+    Runtime,
+    Steered,
+    Stopped,
+    UserKind,
+    UserMessage,
+    load_message,
+)
+from agent_core.loop import TurnRequest
+from agent_core.store import map_redis_errors
+from bot.card_publisher import CardPublisher, CardRecord, PublisherOptions
+from bot.events import ChatEvent, Platform
+from bot.keys import BotKeys
+from bot.lease import Lease, LeaseLost, Leases
+from bot.platform import CardTarget, ChatPlatform
+from bot.progress import CardTracker
+from bot.queue import TurnJob
+from bot.settle import Settled, SettleWriter, verdict_of
+from cards.model import CardStatus, ProgressCard
+
+__all__ = ["Actor", "ActorOptions"]
+
+log = logging.getLogger(__name__)
+
+REMEDY_NUDGE = (
+    "Your last reply was empty. Answer the task above now, or say in one sentence why you cannot."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActorOptions:
+    """Bounds of one analysis."""
+
+    remedy_rungs: int = 1
+    """Re-runs of a completed turn whose answer was empty."""
+    max_turns: int = 20
+    """Turns in one analysis (each redirect or remedy is one); then it fails clearly."""
+    publisher: PublisherOptions = field(default_factory=PublisherOptions)
+    cleanup_timeout_s: float = 30.0
+    """Bound of the shielded settle-and-release work on an abnormal exit."""
+
+
+@dataclass(eq=False)
+class _Chain:
+    job: TurnJob
+    lease: Lease
+    tracker: CardTracker
+    turn_id: str
+    rungs: int = 0
+    turns: int = 0
+
+
+class Actor:
+    """Runs claimed turn jobs. One instance serves every session of a worker."""
+
+    def __init__(
+        self,
+        *,
+        runtime: Runtime,
+        redis: aioredis.Redis,
+        keys: BotKeys,
+        leases: Leases,
+        settle: SettleWriter,
+        platforms: Mapping[Platform, ChatPlatform],
+        options: ActorOptions | None = None,
+    ) -> None:
+        self._runtime = runtime
+        self._redis = redis
+        self._keys = keys
+        self._leases = leases
+        self._settle = settle
+        self._platforms = platforms
+        self._options = options or ActorOptions()
+
+    async def run(self, job: TurnJob, lease: Lease) -> None:
+        """Run the analysis `job` starts, holding `lease`; settle and finalize its card."""
+        if await self._tombstoned(job):
+            outcome = await self._runtime.run(
+                TurnRequest(session_id=job.session_id, turn_id=job.turn_id)
+            )
+            await self._settle_or_lose(outcome, lease)  # Cancelled: the model was never called
+            return
+        event = job.event
+        platform = self._platforms[event.platform]
+        target = CardTarget(event.platform, event.channel, event.thread)
+        record = CardRecord(self._redis, self._keys, job.session_id)
+        publisher = CardPublisher(platform, record, target, lease.token, self._options.publisher)
+        card = ProgressCard(title=event.text, turn_id=job.turn_id, thread=event.thread)
+        chain = _Chain(job, lease, CardTracker(card, publisher.show), job.turn_id)
+        try:
+            await publisher.open(chain.tracker.card)
+            final = await self._supervised(chain, publisher)
+        except LeaseLost as exc:
+            log.warning("analysis %s abandoned: %s", job.turn_id, exc)
+            return
+        except Exception as exc:
+            log.exception("analysis %s failed", job.turn_id)
+            final = chain.tracker.final(CardStatus.FAILED, error=_short(exc))
+            await self._shielded(self._settle_failure(chain, exc))
+        if final is not None:
+            await self._shielded(publisher.finish(final))
+
+    async def _supervised(self, chain: _Chain, publisher: CardPublisher) -> ProgressCard | None:
+        """Run the chain with its heartbeat and card flusher alongside; both end with it."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                beat = group.create_task(self._leases.heartbeat(chain.lease, lambda: chain.turn_id))
+                flusher = group.create_task(publisher.run())
+                try:
+                    return await self._chain(chain)
+                finally:
+                    beat.cancel()
+                    flusher.cancel()
+        except* LeaseLost as group_error:
+            raise group_error.exceptions[0] from None
+
+    async def _chain(self, chain: _Chain) -> ProgressCard | None:
+        """Run turns until the analysis ends; the final card, or None to leave it live."""
+        inputs = [_task(chain.job.event), *await self._take_inbox(chain.job.session_id)]
+        while True:
+            chain.turns += 1
+            if chain.turns > self._options.max_turns:
+                return chain.tracker.final(CardStatus.FAILED, error="too many turns")
+            chain.tracker.begin_turn(chain.turn_id)
+            outcome = await self._run_turn(chain, inputs)
+            follow_up = await self._next_inputs(chain, outcome)
+            if follow_up is None:
+                await self._settle_or_lose(outcome, chain.lease)
+                return self._final(chain, outcome)
+            next_turn = f"{chain.job.turn_id}.{chain.turns}"
+            await self._open_turn(chain.job.session_id, next_turn)  # a stop now reaches it
+            await self._settle_or_lose(outcome, chain.lease)
+            chain.turn_id, inputs = next_turn, follow_up
+
+    async def _run_turn(self, chain: _Chain, inputs: list[UserMessage]) -> RunOutcome:
+        request = TurnRequest(
+            session_id=chain.job.session_id, turn_id=chain.turn_id, inputs=tuple(inputs)
+        )
+        signals = self._runtime.signals_for(request)
+        signals.on_stop = chain.tracker.stopping
+        return await self._runtime.run(request, signals, sink=chain.tracker.sink)
+
+    async def _next_inputs(self, chain: _Chain, outcome: RunOutcome) -> list[UserMessage] | None:
+        """The inputs of a follow-up turn, or None when the analysis ends here."""
+        session, result = chain.job.session_id, outcome.result
+        if not isinstance(result, Steered | Completed):
+            return None
+        steers = await self._peek_steers(session)
+        inbox = await self._take_inbox(session)
+        if steers:
+            chain.tracker.steered(steers)  # the follow-up's begin_turn absorbs them
+        if isinstance(result, Steered) or steers or inbox:
+            return inbox
+        if verdict_of(outcome).remedy_eligible and chain.rungs < self._options.remedy_rungs:
+            chain.rungs += 1
+            await self._settle.book_remedy(session, chain.turn_id, chain.rungs)
+            return [UserMessage(content=REMEDY_NUDGE, author="chatops", kind=UserKind.NOTICE)]
+        return None
+
+    def _final(self, chain: _Chain, outcome: RunOutcome) -> ProgressCard | None:
+        tracker = chain.tracker
+        match outcome.result:
+            case Completed(answer=answer):
+                return tracker.final(CardStatus.ANSWERED, answer=answer)
+            case Stopped(by=by):
+                return tracker.final(CardStatus.STOPPED, by=by)
+            case Cancelled(by=by):
+                return tracker.final(CardStatus.CANCELLED, by=by)
+            case Failed(error=error):
+                return tracker.final(CardStatus.FAILED, error=error)
+            case Drained():
+                return None  # resumed by another worker, on this very card
+            case Dispatched() | Awaiting() | Steered():
+                return tracker.final(CardStatus.ANSWERED, answer=outcome.reason.value)
+
+    async def _settle_or_lose(self, outcome: RunOutcome, lease: Lease) -> None:
+        if await self._settle.settle(outcome, lease) is Settled.FENCED:
+            raise LeaseLost(f"settle of {outcome.diagnostics.turn_id} fenced")
+
+    async def _settle_failure(self, chain: _Chain, exc: BaseException) -> None:
+        outcome = RunOutcome(
+            result=Failed(_short(exc)),
+            diagnostics=RunDiagnostics(session_id=chain.job.session_id, turn_id=chain.turn_id),
+        )
+        await self._settle.settle(outcome, chain.lease)
+
+    async def _shielded(self, work: Coroutine[Any, Any, object]) -> None:
+        """Run cleanup that must happen, shielded from cancellation and time-bounded."""
+        bounded = asyncio.wait_for(work, self._options.cleanup_timeout_s)
+        task = asyncio.get_running_loop().create_task(bounded)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait({task})
+            raise
+        except Exception:
+            log.exception("cleanup failed")
+
+    async def _tombstoned(self, job: TurnJob) -> bool:
+        key = self._keys.session.tombstone(job.session_id, job.turn_id)
+        with map_redis_errors("read tombstone"):
+            return bool(await self._redis.exists(key))
+
+    async def _open_turn(self, session_id: str, turn_id: str) -> None:
+        with map_redis_errors("open turn"):
+            await self._redis.sadd(self._keys.open_turns(session_id), turn_id)
+
+    async def _peek_steers(self, session_id: str) -> list[tuple[str, str]]:
+        with map_redis_errors("read steers"):
+            raw = await self._redis.lrange(self._keys.session.steers(session_id), 0, -1)
+        steers = [load_message(item) for item in raw]
+        return [(m.author or "someone", m.content) for m in steers if isinstance(m, UserMessage)]
+
+    async def _take_inbox(self, session_id: str) -> list[UserMessage]:
+        """Messages queued for the session's next turn (sub-agent reports, scheduled notes)."""
+        key = self._keys.inbox(session_id)
+        with map_redis_errors("take inbox"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.lrange(key, 0, -1)
+                pipe.delete(key)
+                raw, _ = await pipe.execute()
+        events = [ChatEvent.model_validate_json(item) for item in raw]
+        return [
+            UserMessage(content=e.text, author=e.author_name or e.author, kind=UserKind.NOTICE)
+            for e in events
+        ]
+
+
+def _task(event: ChatEvent) -> UserMessage:
+    return UserMessage(
+        content=event.text, author=event.author_name or event.author, kind=UserKind.TASK
+    )
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 200 else text[:199] + "…"

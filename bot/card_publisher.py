@@ -1,0 +1,295 @@
+"""The card publisher: gets the progress card of one analysis onto the platform, truthfully.
+
+Contract (DESIGN.md invariant 6, RELIABILITY C1-C8):
+- One card per analysis: posted once in the thread, then updated. A continuing analysis (a
+  redirected turn's follow-up, a turn resumed on another worker) reuses the card it finds in the
+  session's card record, as long as that card is not final.
+- Updates coalesce: `show` only records the latest state; one flusher sends it at most once per
+  `min_interval_s` (Slack `chat.update` is Tier 3, ~50/min; Feishu allows 5 QPS per message) and
+  waits out a 429's `Retry-After`, after which it sends whatever is latest.
+- Fenced by (lease token, sequence): every send is first claimed in the card record by a Lua
+  script that refuses a writer with an older token and anything after a final state. A send
+  that raced a final (a paused zombie whose claim predates the final) is followed by a re-read,
+  and the stored final is sent again, so a final card stays final.
+- The final state is recorded before it is sent; if it cannot be delivered now, the record says
+  so (`delivered=0`) and the reaper delivers it later. A card deleted by a person (C7) does not
+  stop the run: the final answer is posted as a new message.
+- On Slack, a status line ("is investigating…") is refreshed before its 2-minute expiry and
+  cleared on every exit path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from agent_core.store import map_redis_errors
+from bot.keys import BotKeys
+from bot.platform import (
+    CardGone,
+    CardRef,
+    CardTarget,
+    ChatPlatform,
+    PlatformError,
+    PlatformRateLimited,
+    PlatformUnavailable,
+)
+from cards.model import CardStatus, ProgressCard
+
+__all__ = ["CardPublisher", "CardRecord", "PublisherOptions"]
+
+log = logging.getLogger(__name__)
+
+# KEYS: card record. ARGV: token, final flag, card JSON.
+# Returns the new sequence number, or 0 when refused (older token, or the card is final).
+_CLAIM = """
+if redis.call('HGET', KEYS[1], 'final') == '1' then return 0 end
+local token = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+if token > tonumber(ARGV[1]) then return 0 end
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', ARGV[3], 'final', ARGV[2])
+if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'delivered', '0') end
+return seq
+"""
+
+# KEYS: card record, lease. ARGV: token, platform, channel, thread, ttl.
+# Attaches a new owner to a live card of the same thread: returns its message id, or '' when a
+# new card must be posted (none yet, or the last one is final).
+_ATTACH = """
+local held = redis.call('GET', KEYS[2])
+if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return redis.error_reply('lease') end
+local rec = redis.call('HMGET', KEYS[1], 'final', 'message_id', 'thread', 'platform')
+if rec[1] == '0' and rec[2] and rec[2] ~= '' and rec[3] == ARGV[4] and rec[4] == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'token', ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
+  return rec[2]
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'seq', 0, 'final', '0', 'platform', ARGV[2],
+  'channel', ARGV[3], 'thread', ARGV[4], 'message_id', '')
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return ''
+"""
+
+CARD_TTL_S = 30 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublisherOptions:
+    """Pacing of card updates (seconds)."""
+
+    min_interval_s: float = 1.0
+    """Least time between two updates of one card."""
+    status_refresh_s: float = 90.0
+    """Slack's status line clears itself after 2 minutes: refresh it before that."""
+    final_timeout_s: float = 20.0
+    """How long the final update is retried before it is left to the reaper."""
+    retry_s: float = 1.0
+    """Back-off after a timeout or 5xx."""
+
+
+class CardRecord:
+    """Reads and writes the session's card record (`BotKeys.card`)."""
+
+    def __init__(self, redis: aioredis.Redis, keys: BotKeys, session_id: str) -> None:
+        self._redis = redis
+        self._key = keys.card(session_id)
+        self._lease_key = keys.live_turn(session_id)
+        self._claim = redis.register_script(_CLAIM)
+        self._attach = redis.register_script(_ATTACH)
+
+    async def attach(self, token: int, target: CardTarget) -> str:
+        """Become the card's writer; the live card's message id, or '' to post a new one."""
+        with map_redis_errors("attach card"):
+            raw = await self._attach(
+                keys=[self._key, self._lease_key],
+                args=[token, target.platform.value, target.channel, target.thread, CARD_TTL_S],
+            )
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    async def claim(self, token: int, card: ProgressCard) -> int:
+        """Claim the right to show `card`; 0 when refused (fenced, or already final)."""
+        with map_redis_errors("claim card"):
+            seq = await self._claim(
+                keys=[self._key], args=[token, int(card.is_final), card.to_json()]
+            )
+        return int(seq)
+
+    async def set_message(self, message_id: str) -> None:
+        """Record where the card was posted."""
+        with map_redis_errors("record card"):
+            await self._redis.hset(self._key, "message_id", message_id)
+
+    async def mark_delivered(self) -> None:
+        """The final state reached the platform."""
+        with map_redis_errors("record card"):
+            await self._redis.hset(self._key, "delivered", "1")
+
+    async def read(self) -> dict[str, str]:
+        """The record's fields."""
+        with map_redis_errors("read card"):
+            raw = await self._redis.hgetall(self._key)
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+
+class CardPublisher:
+    """Publishes one analysis's card; owned by the actor (its `run` task lives in its group)."""
+
+    def __init__(
+        self,
+        platform: ChatPlatform,
+        record: CardRecord,
+        target: CardTarget,
+        token: int,
+        options: PublisherOptions | None = None,
+    ) -> None:
+        self._platform = platform
+        self._record = record
+        self._target = target
+        self._token = token
+        self._options = options or PublisherOptions()
+        self._ref: CardRef | None = None
+        self._desired: ProgressCard | None = None
+        self._changed = asyncio.Event()
+        self._last_sent = float("-inf")
+        self._status_at = float("-inf")
+        self._status_shown = False
+        self.sent = 0
+        """Platform calls that changed the card (posts and updates), for tests and metrics."""
+
+    @property
+    def ref(self) -> CardRef | None:
+        """Where the card is, once posted."""
+        return self._ref
+
+    async def open(self, card: ProgressCard) -> None:
+        """Post the card (or attach to the analysis's live card) and show `card` on it."""
+        message_id = await self._record.attach(self._token, self._target)
+        if message_id:
+            self._ref = CardRef(self._target.platform, self._target.channel, message_id)
+        self.show(card)
+        await self._flush()
+        await self._refresh_status(card, force=True)
+
+    def show(self, card: ProgressCard) -> None:
+        """Make `card` the state to publish next (earlier unsent states are dropped)."""
+        self._desired = card
+        self._changed.set()
+
+    async def run(self) -> None:
+        """Send changes as they come, paced, until cancelled (the final goes via `finish`)."""
+        while True:
+            wait = self._options.status_refresh_s
+            try:
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
+            except TimeoutError:
+                if self._desired is not None:
+                    await self._refresh_status(self._desired)
+                continue
+            pause = self._last_sent + self._options.min_interval_s - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            await self._flush()
+            if self._desired is not None:
+                await self._refresh_status(self._desired)
+
+    async def finish(self, card: ProgressCard) -> bool:
+        """Record and deliver the final state; clear the status line. True when delivered.
+
+        Call it shielded: it must run even when the turn was cancelled. Idempotent.
+        """
+        assert card.is_final
+        self.show(card)
+        delivered = False
+        try:
+            async with asyncio.timeout(self._options.final_timeout_s):
+                delivered = await self._flush()
+        except TimeoutError:
+            log.warning("final card of %s not delivered yet: left to the reaper", card.turn_id)
+        finally:
+            await self._clear_status()
+        return delivered
+
+    async def _flush(self) -> bool:
+        """Send the latest state, retrying throttles and outages. True when it was shown."""
+        while True:
+            card = self._desired
+            if card is None:
+                return True
+            self._changed.clear()
+            try:
+                return await self._send(card)
+            except PlatformRateLimited as exc:
+                await asyncio.sleep(exc.retry_after_s)
+            except PlatformUnavailable as exc:
+                log.info("card update failed (%s); retrying", exc)
+                await asyncio.sleep(self._options.retry_s)
+            except PlatformError as exc:
+                log.warning("card update refused: %s", exc)
+                return False
+            # waited: loop and send the latest state (a newer one may have arrived meanwhile)
+
+    async def _send(self, card: ProgressCard) -> bool:
+        if not await self._record.claim(self._token, card):
+            log.info("card update for %s refused by the fence", card.turn_id)
+            return False
+        await self._deliver(card)
+        self._last_sent = time.monotonic()
+        self.sent += 1
+        if card.is_final:
+            await self._record.mark_delivered()
+        else:
+            await self._heal()
+        return True
+
+    async def _deliver(self, card: ProgressCard) -> None:
+        if self._ref is not None:
+            try:
+                await self._platform.update_card(self._ref, card)
+                return
+            except CardGone:
+                log.warning("card %s was deleted; posting anew", self._ref.message_id)
+                self._ref = None
+                if not card.is_final:
+                    return  # the run goes on; its final answer is posted as a new message
+        self._ref = await self._platform.post_card(self._target, card)
+        await self._record.set_message(self._ref.message_id)
+
+    async def _heal(self) -> None:
+        """After a live update: if a final (or a newer writer) landed meanwhile, re-send it."""
+        stored = await self._record.read()
+        if stored.get("final") == "1" or int(stored.get("token", "0")) > self._token:
+            final = ProgressCard.from_json(stored["state"])
+            if final.is_final and self._ref is not None:
+                await self._platform.update_card(self._ref, final)
+
+    async def _refresh_status(self, card: ProgressCard, *, force: bool = False) -> None:
+        if card.is_final:
+            return
+        now = time.monotonic()
+        if not force and now - self._status_at < self._options.status_refresh_s:
+            return
+        text = "is stopping…" if card.status is CardStatus.STOPPING else "is investigating…"
+        try:
+            await self._platform.set_status(self._target, text)
+            self._status_at, self._status_shown = now, True
+        except PlatformError as exc:
+            log.info("status line not set: %s", exc)
+
+    async def _clear_status(self) -> None:
+        if not self._status_shown:
+            return
+        try:
+            await self._platform.set_status(self._target, "")
+            self._status_shown = False
+        except PlatformError as exc:
+            log.warning("status line not cleared: %s", exc)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

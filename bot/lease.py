@@ -1,0 +1,175 @@
+"""The session lease: one live turn per session, held by one worker, fenced by a token.
+
+A worker takes a session's lease before it runs a turn of it and keeps it alive with heartbeats;
+the lease expires `ttl` after the last one, so a worker that died (SIGKILL, a lost node) frees the
+session on its own. Every lease taken gets a larger fencing token from a per-session counter, and
+every durable write a worker makes for the session (settle, card state) carries its token and is
+refused once the lease has moved on: Redis's own `XACK` checks no owner (DESIGN.md §7), so the
+fence is ours.
+
+The lease key doubles as the ingress's "a turn is live" marker (`BotKeys.live_turn`), and every
+lease is indexed by expiry in one sorted set, so the reaper finds expired ones without scanning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from agent_core.interrupts import WATCH_BLOCK_S
+from agent_core.store import map_redis_errors
+from bot.keys import BotKeys
+
+__all__ = ["Lease", "LeaseLost", "Leases"]
+
+log = logging.getLogger(__name__)
+
+FREE_RING_TTL_S = 60
+
+# KEYS: lease, fence counter, leases index. ARGV: worker, turn, ttl ms, session.
+# Returns {1, token} when taken, {0, remaining ms} when another holder has it.
+_ACQUIRE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('PTTL', KEYS[1])} end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token .. '|' .. ARGV[1] .. '|' .. ARGV[2], 'PX', ARGV[3])
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), ARGV[4])
+return {1, token}
+"""
+
+# KEYS: lease, leases index. ARGV: token, ttl ms, session, turn ('' keeps the current turn).
+# Renews (and may move the lease to a next turn of the same chain) only while it is ours.
+_RENEW = """
+local held = redis.call('GET', KEYS[1])
+if not held then return 0 end
+local token, worker, turn = string.match(held, '^(%d+)|([^|]*)|(.*)$')
+if token ~= ARGV[1] then return 0 end
+if ARGV[4] ~= '' then turn = ARGV[4] end
+redis.call('SET', KEYS[1], token .. '|' .. worker .. '|' .. turn, 'PX', ARGV[2])
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[2]), ARGV[3])
+return 1
+"""
+
+# KEYS: lease, leases index, free ring. ARGV: token, session, ring ttl.
+_RELEASE = """
+local held = redis.call('GET', KEYS[1])
+if held and string.match(held, '^(%d+)|') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('RPUSH', KEYS[3], 'free')
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+  return 1
+end
+return 0
+"""
+
+
+class LeaseLost(Exception):
+    """The lease expired or was taken over: the holder must stop writing for the session."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A held lease."""
+
+    session_id: str
+    token: int
+    """The fencing token: larger than every earlier holder's."""
+    worker: str
+
+
+class Leases:
+    """Takes, renews and releases session leases."""
+
+    def __init__(self, redis: aioredis.Redis, keys: BotKeys, *, ttl_s: float) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.ttl_s = ttl_s
+        self._acquire = redis.register_script(_ACQUIRE)
+        self._renew = redis.register_script(_RENEW)
+        self._release = redis.register_script(_RELEASE)
+
+    @property
+    def _ttl_ms(self) -> int:
+        return max(1, int(self.ttl_s * 1000))
+
+    async def try_acquire(self, session_id: str, worker: str, turn_id: str) -> Lease | None:
+        """Take the session's lease if nobody holds it."""
+        k = self._keys
+        with map_redis_errors("acquire lease"):
+            taken, value = await self._acquire(
+                keys=[k.live_turn(session_id), k.fence(session_id), k.leases],
+                args=[worker, turn_id, self._ttl_ms, session_id],
+            )
+        return Lease(session_id, int(value), worker) if taken else None
+
+    async def acquire(self, session_id: str, worker: str, turn_id: str) -> Lease:
+        """Take the session's lease, waiting (woken by its release) while another holds it."""
+        free = self._keys.lease_free(session_id)
+        while True:
+            lease = await self.try_acquire(session_id, worker, turn_id)
+            if lease is not None:
+                return lease
+            # Woken by a release; bounded below redis-py's socket timeout (WATCH_BLOCK_S), and
+            # an expiry (a dead holder) rings nothing, so the wait is re-tried in any case.
+            with map_redis_errors("wait for lease"):
+                await self._redis.blpop([free], timeout=WATCH_BLOCK_S)
+
+    async def renew(self, lease: Lease, turn_id: str = "") -> None:
+        """Extend the lease (and name the chain's current turn); `LeaseLost` when not ours."""
+        k = self._keys
+        with map_redis_errors("renew lease"):
+            ok = await self._renew(
+                keys=[k.live_turn(lease.session_id), k.leases],
+                args=[lease.token, self._ttl_ms, lease.session_id, turn_id],
+            )
+        if not ok:
+            raise LeaseLost(f"lease of {lease.session_id} (token {lease.token}) is gone")
+
+    async def release(self, lease: Lease) -> bool:
+        """Give the lease up if it is still ours; idempotent. True when it was released."""
+        k = self._keys
+        with map_redis_errors("release lease"):
+            released = await self._release(
+                keys=[k.live_turn(lease.session_id), k.leases, k.lease_free(lease.session_id)],
+                args=[lease.token, lease.session_id, FREE_RING_TTL_S],
+            )
+        return bool(released)
+
+    async def heartbeat(self, lease: Lease, current_turn: Callable[[], str]) -> None:
+        """Renew every third of the TTL until cancelled; raises `LeaseLost` when taken over.
+
+        `current_turn` is asked at each beat, so a chain of turns keeps the lease naming the
+        one that runs.
+        """
+        interval = self.ttl_s / 3
+        deadline = time.monotonic() + interval
+        while True:
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+            deadline += interval
+            await self.renew(lease, current_turn())
+
+    async def expired(self, now_ms: int, limit: int = 100) -> list[str]:
+        """Sessions whose lease expired before `now_ms` (the reaper's work list)."""
+        with map_redis_errors("read leases"):
+            raw = await self._redis.zrangebyscore(self._keys.leases, 0, now_ms, 0, limit)
+        return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+
+    async def forget(self, session_id: str) -> None:
+        """Drop an expired lease from the index (once the reaper has dealt with it)."""
+        k = self._keys
+        with map_redis_errors("forget lease"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.exists(k.live_turn(session_id))
+                pipe.zscore(k.leases, session_id)
+                alive, _ = await pipe.execute()
+            if not alive:
+                await self._redis.zrem(k.leases, session_id)

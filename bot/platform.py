@@ -1,0 +1,100 @@
+"""The outbound side of a chat platform: post and update progress cards, show a status line.
+
+Everything the worker says in a thread goes through one `ChatPlatform`; the Slack and Feishu
+implementations live in `bot/adapters/` (the only modules that import a platform SDK) and
+translate the SDKs' failures into the errors below, so the publisher can decide what to retry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from bot.errors import BotError
+from bot.events import Platform
+from cards.model import ProgressCard
+
+__all__ = [
+    "CardGone",
+    "CardRef",
+    "CardTarget",
+    "ChatPlatform",
+    "PlatformError",
+    "PlatformRateLimited",
+    "PlatformRejected",
+    "PlatformUnavailable",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CardTarget:
+    """Where a new card goes: the thread of the mention."""
+
+    platform: Platform
+    channel: str
+    """Slack channel id; Feishu chat id."""
+    thread: str
+    """Slack `thread_ts`; Feishu message id of the thread's root (cards are replies to it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CardRef:
+    """A posted card: what an update needs."""
+
+    platform: Platform
+    channel: str
+    message_id: str
+    """Slack `ts` of the card message; Feishu `message_id`."""
+
+
+class PlatformError(BotError):
+    """An outbound platform call failed."""
+
+
+class PlatformRateLimited(PlatformError):
+    """HTTP 429 (Slack `ratelimited`, Feishu 99991400 / 230020 frequency limits)."""
+
+    def __init__(self, retry_after_s: float, detail: str = "") -> None:
+        super().__init__(detail or f"rate limited, retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class PlatformUnavailable(PlatformError):
+    """A timeout, connection failure or 5xx: the same call may succeed later."""
+
+
+class CardGone(PlatformError):
+    """The card's message no longer exists (deleted or recalled by a person)."""
+
+
+class PlatformRejected(PlatformError):
+    """Any other refusal (bad token, invalid blocks, no permission): retrying will not help."""
+
+
+class ChatPlatform(Protocol):
+    """Posts and updates progress cards on one platform."""
+
+    @property
+    def platform(self) -> Platform:
+        """The platform this client talks to."""
+        ...
+
+    async def post_card(self, target: CardTarget, card: ProgressCard) -> CardRef:
+        """Post `card` as a new message in the target thread and return where it went."""
+        ...
+
+    async def update_card(self, ref: CardRef, card: ProgressCard) -> None:
+        """Replace the posted card's content with `card`."""
+        ...
+
+    async def set_status(self, target: CardTarget, status: str) -> None:
+        """Show (or with "" clear) a short "what the bot is doing" line in the thread.
+
+        Slack's `assistant.threads.setStatus` (it clears itself after 2 minutes); a no-op on
+        platforms without such a line.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release the client's connections."""
+        ...

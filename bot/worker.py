@@ -1,0 +1,216 @@
+"""The worker: reads turn jobs from the turns stream and runs each under its session's lease.
+
+Several workers may run at once (one consumer group, one consumer name each). A job is taken with
+`XREADGROUP`, its session's lease is acquired (a second job of a busy session waits for the
+release), the actor runs the analysis, and the entry is acknowledged once it settled. Every task
+is owned by the worker's task group; `stop()` ends the reading and lets running analyses finish.
+Analyses cut short by cancellation stay in the stream's pending list (reclaiming them is the
+drain/reclaim work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+
+from agent_core import HostAllowlist, Runtime, StoreError, Toolset, http_get_tool
+from agent_core.store import map_redis_errors
+from bot.actor import Actor, ActorOptions
+from bot.errors import BotConfigError
+from bot.events import Platform
+from bot.keys import BotKeys
+from bot.lease import Leases
+from bot.model import build_chat_model
+from bot.platform import ChatPlatform
+from bot.queue import Queue, TurnJob
+from bot.settings import Settings
+from bot.settle import SettleWriter
+
+__all__ = ["Worker", "WorkerOptions", "open_worker"]
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "You are chatops, an SRE assistant in an incident thread. Investigate with your tools, "
+    "say what you checked, and end with a short, concrete answer. When a person corrects you, "
+    "follow the correction while the original task still stands."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    """How much one worker takes on."""
+
+    concurrency: int = 8
+    """Analyses run at once."""
+    block_s: float = 2.0
+    """One blocking stream read; under redis-py's 5 s socket timeout."""
+
+
+class Worker:
+    """Consumes the turns stream."""
+
+    def __init__(
+        self,
+        *,
+        redis: aioredis.Redis,
+        actor: Actor,
+        leases: Leases,
+        keys: BotKeys | None = None,
+        name: str | None = None,
+        options: WorkerOptions | None = None,
+    ) -> None:
+        self._redis = redis
+        self._actor = actor
+        self._leases = leases
+        self._keys = keys or BotKeys()
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._options = options or WorkerOptions()
+        self._stopping = asyncio.Event()
+        self._slots = asyncio.Semaphore(self._options.concurrency)
+        self.finished = 0
+        """Jobs acknowledged, for tests and metrics."""
+
+    def stop(self) -> None:
+        """Stop reading new jobs; running analyses finish."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Read and run jobs until `stop()`."""
+        await Queue(self._redis, self._keys).ensure_group()
+        async with asyncio.TaskGroup() as group:
+            while not self._stopping.is_set():
+                await self._slots.acquire()
+                try:
+                    entries = await self._read()
+                except StoreError as exc:
+                    log.warning("cannot read the turns stream (%s); retrying", exc)
+                    entries = []
+                    await asyncio.sleep(self._options.block_s)
+                except BaseException:
+                    self._slots.release()
+                    raise
+                if not entries:
+                    self._slots.release()
+                    continue
+                entry_id, fields = entries[0]
+                group.create_task(self._handle(entry_id, fields))
+
+    async def _read(self) -> list[tuple[str, dict[bytes, bytes]]]:
+        k = self._keys
+        with map_redis_errors("read turns"):
+            reply: Any = await self._redis.xreadgroup(
+                k.turns_group,
+                self.name,
+                {k.turns_stream: ">"},
+                count=1,
+                block=int(self._options.block_s * 1000),
+            )
+        entries: list[tuple[str, dict[bytes, bytes]]] = []
+        for _stream, items in reply or []:  # RESP2: [[stream, [(id, fields), ...]]]
+            entries.extend((_text(entry_id), dict(fields)) for entry_id, fields in items)
+        return entries
+
+    async def _handle(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
+        try:
+            job = _job_of(entry_id, fields)
+            if job is None:
+                await self._ack(entry_id)  # a poison entry: retrying cannot help
+                return
+            lease = await self._leases.acquire(job.session_id, self.name, job.turn_id)
+            try:
+                await self._actor.run(job, lease)
+            finally:
+                await asyncio.shield(self._leases.release(lease))
+            await self._ack(entry_id)
+            self.finished += 1
+        except Exception:
+            log.exception("turn entry %s failed in the worker; left pending", entry_id)
+        finally:
+            self._slots.release()
+
+    async def _ack(self, entry_id: str) -> None:
+        k = self._keys
+        with map_redis_errors("ack turn"):
+            await self._redis.xack(k.turns_stream, k.turns_group, entry_id)
+
+
+def _job_of(entry_id: str, fields: dict[bytes, bytes]) -> TurnJob | None:
+    try:
+        return TurnJob.model_validate_json(fields.get(b"job", b""))
+    except ValidationError as exc:
+        log.error("turn entry %s is not a job (%s): dropped", entry_id, exc)
+        return None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _platforms(settings: Settings) -> dict[Platform, ChatPlatform]:
+    platforms: dict[Platform, ChatPlatform] = {}
+    if settings.slack_bot_token is not None:
+        from bot.adapters.slack_cards import SlackCards
+
+        platforms[Platform.SLACK] = SlackCards.from_settings(settings)
+    if settings.feishu_app_id and settings.feishu_app_secret is not None:
+        from bot.adapters.feishu_cards import FeishuCards
+
+        platforms[Platform.FEISHU] = FeishuCards.from_settings(settings)
+    if not platforms:
+        raise BotConfigError("neither Slack (SLACK_BOT_TOKEN) nor Feishu (FEISHU_APP_*) is set")
+    return platforms
+
+
+@asynccontextmanager
+async def open_worker(
+    settings: Settings,
+    *,
+    redis: aioredis.Redis | None = None,
+    actor_options: ActorOptions | None = None,
+    options: WorkerOptions | None = None,
+) -> AsyncIterator[Worker]:
+    """Build a worker from the settings, with every client it needs; close them afterwards.
+
+    Raises:
+        BotConfigError: The settings cannot work.
+    """
+    if redis is None and not settings.redis_url:
+        raise BotConfigError("REDIS_URL is not set")
+    platforms = _platforms(settings)
+    async with AsyncExitStack() as stack:
+        if redis is None:
+            assert settings.redis_url
+            redis = aioredis.Redis.from_url(settings.redis_url)
+            stack.push_async_callback(redis.aclose)
+        model, openai_client = build_chat_model(settings)
+        stack.push_async_callback(openai_client.close)
+        http = httpx.AsyncClient()
+        stack.push_async_callback(http.aclose)
+        for platform in platforms.values():
+            stack.push_async_callback(platform.aclose)
+        keys = BotKeys()
+        toolset = Toolset.of([http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)])
+        runtime = Runtime(model=model, redis=redis, toolset=toolset, instructions=INSTRUCTIONS)
+        leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
+        actor = Actor(
+            runtime=runtime,
+            redis=redis,
+            keys=keys,
+            leases=leases,
+            settle=SettleWriter(redis, keys),
+            platforms=platforms,
+            options=actor_options,
+        )
+        yield Worker(redis=redis, actor=actor, leases=leases, keys=keys, options=options)

@@ -1,0 +1,149 @@
+"""The platform-neutral progress card: what a person in the thread sees of a turn.
+
+A `ProgressCard` is an immutable value; the worker builds a new one for every change and the
+renderers (`cards.slack`, `cards.feishu`) turn it into each platform's JSON. Nothing here knows
+about a platform, Redis or the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "CardStatus",
+    "CardStep",
+    "Intervention",
+    "InterventionKind",
+    "ProgressCard",
+    "StepState",
+]
+
+
+class CardStatus(StrEnum):
+    """Where the analysis stands. The first three are live; the rest are final."""
+
+    QUEUED = "queued"
+    """Accepted, waiting for a worker."""
+    WORKING = "working"
+    """A turn is running."""
+    STOPPING = "stopping"
+    """A stop was accepted; in-flight calls are being answered "interrupted"."""
+    ANSWERED = "answered"
+    """Final: the model gave its answer (possibly after being redirected)."""
+    STOPPED = "stopped"
+    """Final: a person stopped the analysis."""
+    FAILED = "failed"
+    """Final: the turn ended with an error (`ProgressCard.error` says which, briefly)."""
+    INTERRUPTED = "interrupted"
+    """Final: the worker running the turn died and the turn could not be resumed."""
+    CANCELLED = "cancelled"
+    """Final: a stop arrived before the turn started; the model was never called."""
+
+    @property
+    def is_final(self) -> bool:
+        """A final card has no Stop button and never changes again."""
+        return self not in (CardStatus.QUEUED, CardStatus.WORKING, CardStatus.STOPPING)
+
+
+class StepState(StrEnum):
+    """One tool call's state on the card."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardStep:
+    """One tool call, as the card lists it."""
+
+    tool: str
+    """The tool's name (`http_get`)."""
+    args: str
+    """A one-line summary of the arguments (`url=https://status.example.com`)."""
+    state: StepState = StepState.RUNNING
+    duration_s: float | None = None
+    """How long the call took; None while it runs."""
+
+
+class InterventionKind(StrEnum):
+    """How a person changed the course of the analysis."""
+
+    STEER = "steer"
+    STOP = "stop"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Intervention:
+    """A person redirected or stopped the analysis."""
+
+    kind: InterventionKind
+    by: str
+    """Who (display name or platform user id)."""
+    text: str = ""
+    """What they said (for a steer); empty for a button press."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProgressCard:
+    """Everything the card shows. Renderers truncate; this holds the full values."""
+
+    title: str
+    """The task, usually the mention's text."""
+    turn_id: str
+    """The live turn: the Stop button's value names it."""
+    thread: str = ""
+    """The thread the card lives in (Feishu's button value carries it back)."""
+    status: CardStatus = CardStatus.WORKING
+    steps: tuple[CardStep, ...] = ()
+    interventions: tuple[Intervention, ...] = ()
+    elapsed_s: float = 0.0
+    pending_calls: int = 0
+    """While stopping: how many in-flight calls the stop still waits for."""
+    answer: str = ""
+    """The final answer (markdown-ish plain text)."""
+    error: str = ""
+    """For FAILED: a short reason fit for people."""
+
+    @property
+    def is_final(self) -> bool:
+        """True once the card shows how the analysis ended."""
+        return self.status.is_final
+
+    @property
+    def redirected(self) -> bool:
+        """Someone steered the analysis at least once."""
+        return any(i.kind is InterventionKind.STEER for i in self.interventions)
+
+    def evolve(self, **changes: Any) -> ProgressCard:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    def to_json(self) -> str:
+        """The card as JSON (stored so a reaper can finalize what the last worker showed)."""
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> ProgressCard:
+        """Rebuild a card from `to_json` output.
+
+        Raises:
+            ValueError: The JSON is not a card.
+        """
+        try:
+            data = json.loads(raw)
+            steps = tuple(
+                CardStep(**{**s, "state": StepState(s["state"])}) for s in data.pop("steps")
+            )
+            interventions = tuple(
+                Intervention(**{**i, "kind": InterventionKind(i["kind"])})
+                for i in data.pop("interventions")
+            )
+            status = CardStatus(data.pop("status"))
+            return cls(**data, status=status, steps=steps, interventions=interventions)
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"not a progress card: {exc}") from exc
