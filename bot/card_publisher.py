@@ -44,7 +44,7 @@ __all__ = ["CardPublisher", "CardRecord", "PublisherOptions"]
 
 log = logging.getLogger(__name__)
 
-# KEYS: card record. ARGV: token, final flag, card JSON.
+# KEYS: card record, undelivered-finals index. ARGV: token, final flag, card JSON, session.
 # Returns the new sequence number, or 0 when refused (older token, or the card is final).
 _CLAIM = """
 if redis.call('HGET', KEYS[1], 'final') == '1' then return 0 end
@@ -52,8 +52,23 @@ local token = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
 if token > tonumber(ARGV[1]) then return 0 end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', ARGV[3], 'final', ARGV[2])
-if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'delivered', '0') end
+if ARGV[2] == '1' then
+  redis.call('HSET', KEYS[1], 'delivered', '0')
+  redis.call('SADD', KEYS[2], ARGV[4])
+end
 return seq
+"""
+
+# KEYS: card record, lease, undelivered-finals index. ARGV: session.
+# The reaper's finalization: only while no lease is held, only a live card. Returns the card
+# JSON it must now show as interrupted, or '' when there is nothing to do.
+_ABANDON = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return '' end
+if redis.call('HGET', KEYS[1], 'final') ~= '0' then return '' end
+redis.call('HSET', KEYS[1], 'final', '1', 'delivered', '0')
+redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('SADD', KEYS[3], ARGV[1])
+return redis.call('HGET', KEYS[1], 'state') or ''
 """
 
 # KEYS: card record, lease. ARGV: token, platform, channel, thread, ttl.
@@ -97,10 +112,13 @@ class CardRecord:
 
     def __init__(self, redis: aioredis.Redis, keys: BotKeys, session_id: str) -> None:
         self._redis = redis
+        self.session_id = session_id
         self._key = keys.card(session_id)
         self._lease_key = keys.live_turn(session_id)
+        self._undelivered = keys.undelivered_cards
         self._claim = redis.register_script(_CLAIM)
         self._attach = redis.register_script(_ATTACH)
+        self._abandon = redis.register_script(_ABANDON)
 
     async def attach(self, token: int, target: CardTarget) -> str:
         """Become the card's writer; the live card's message id, or '' to post a new one."""
@@ -115,9 +133,23 @@ class CardRecord:
         """Claim the right to show `card`; 0 when refused (fenced, or already final)."""
         with map_redis_errors("claim card"):
             seq = await self._claim(
-                keys=[self._key], args=[token, int(card.is_final), card.to_json()]
+                keys=[self._key, self._undelivered],
+                args=[token, int(card.is_final), card.to_json(), self.session_id],
             )
         return int(seq)
+
+    async def abandon(self) -> str:
+        """Finalize a card whose lease expired (the reaper): its last state's JSON, or ''."""
+        with map_redis_errors("abandon card"):
+            raw = await self._abandon(
+                keys=[self._key, self._lease_key, self._undelivered], args=[self.session_id]
+            )
+        return _text(raw)
+
+    async def set_state(self, card: ProgressCard) -> None:
+        """Store the final state the reaper decided (after `abandon`)."""
+        with map_redis_errors("record card"):
+            await self._redis.hset(self._key, "state", card.to_json())
 
     async def set_message(self, message_id: str) -> None:
         """Record where the card was posted."""
@@ -127,7 +159,10 @@ class CardRecord:
     async def mark_delivered(self) -> None:
         """The final state reached the platform."""
         with map_redis_errors("record card"):
-            await self._redis.hset(self._key, "delivered", "1")
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._key, "delivered", "1")
+                pipe.srem(self._undelivered, self.session_id)
+                await pipe.execute()
 
     async def read(self) -> dict[str, str]:
         """The record's fields."""

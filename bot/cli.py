@@ -76,6 +76,34 @@ def worker(
 
 
 @app.command()
+def scheduler(
+    interval: float = typer.Option(10.0, min=0.1, help="Seconds between two reaper sweeps."),
+) -> None:
+    """Run the periodic jobs (the card reaper); one scheduler leads across replicas."""
+    import asyncio
+    import signal
+
+    from bot.errors import BotConfigError
+    from bot.scheduler import open_scheduler
+    from bot.settings import Settings
+
+    async def main() -> None:
+        async with open_scheduler(Settings(), interval_s=interval) as running:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stop.set)
+            typer.echo(f"chatops scheduler: reaper every {interval:g} s", err=True)
+            await running.run(stop)
+
+    try:
+        asyncio.run(main())
+    except BotConfigError as exc:
+        typer.echo(f"chatops scheduler: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@app.command()
 def demo() -> None:
     """Play a scripted incident locally (not available yet in this build)."""
     typer.echo("chatops demo: not available yet; `make test` exercises the runtime end to end.")

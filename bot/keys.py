@@ -66,6 +66,11 @@ class BotKeys:
         """Sorted set of sessions with a lease, scored by expiry (ms): the reaper's index."""
         return f"{self.prefix}:leases"
 
+    @property
+    def undelivered_cards(self) -> str:
+        """Set of sessions whose final card state is recorded but not yet shown."""
+        return f"{self.prefix}:cards:undelivered"
+
     def card(self, session_id: str) -> str:
         """Hash of the session's progress card: where it is, its latest state, who may write."""
         return f"{self.session.session_prefix(session_id)}:card"

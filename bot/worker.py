@@ -37,7 +37,7 @@ from bot.queue import Queue, TurnJob
 from bot.settings import Settings
 from bot.settle import SettleWriter
 
-__all__ = ["Worker", "WorkerOptions", "open_worker"]
+__all__ = ["Worker", "WorkerOptions", "open_worker", "platforms_from"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,12 @@ class Worker:
         self._slots = asyncio.Semaphore(self._options.concurrency)
         self.finished = 0
         """Jobs acknowledged, for tests and metrics."""
+        self._progress = asyncio.Condition()
+
+    async def wait_finished(self, count: int) -> None:
+        """Wait until `count` jobs in all have been run and acknowledged."""
+        async with self._progress:
+            await self._progress.wait_for(lambda: self.finished >= count)
 
     def stop(self) -> None:
         """Stop reading new jobs; running analyses finish."""
@@ -134,7 +140,9 @@ class Worker:
             finally:
                 await asyncio.shield(self._leases.release(lease))
             await self._ack(entry_id)
-            self.finished += 1
+            async with self._progress:
+                self.finished += 1
+                self._progress.notify_all()
         except Exception:
             log.exception("turn entry %s failed in the worker; left pending", entry_id)
         finally:
@@ -158,7 +166,12 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _platforms(settings: Settings) -> dict[Platform, ChatPlatform]:
+def platforms_from(settings: Settings) -> dict[Platform, ChatPlatform]:
+    """The card clients of every configured platform.
+
+    Raises:
+        BotConfigError: No platform is configured.
+    """
     platforms: dict[Platform, ChatPlatform] = {}
     if settings.slack_bot_token is not None:
         from bot.adapters.slack_cards import SlackCards
@@ -188,7 +201,7 @@ async def open_worker(
     """
     if redis is None and not settings.redis_url:
         raise BotConfigError("REDIS_URL is not set")
-    platforms = _platforms(settings)
+    platforms = platforms_from(settings)
     async with AsyncExitStack() as stack:
         if redis is None:
             assert settings.redis_url

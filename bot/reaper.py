@@ -1,0 +1,151 @@
+"""The reaper: no card stays "in progress" after the worker running it is gone.
+
+A worker keeps its session's lease alive with heartbeats; when it dies the lease expires and the
+lease index (`BotKeys.leases`, scored by expiry) still names the session. Each sweep:
+
+1. For every session whose lease expired: finalize its card as "interrupted" (an atomic script
+   that refuses while a lease is held again and does nothing to a card already final), settle
+   the turn the card named (`failed`, "interrupted"; a no-op when it was settled), and drop the
+   session from the index.
+2. Deliver every final state that is recorded but not yet shown (a platform outage at the
+   worker's last update, or step 1 itself).
+
+Every step is idempotent, so two reapers (or one that crashed half-way) finish the same work
+without doing it twice (RELIABILITY C10). A card is therefore final at the latest one lease TTL
+plus one sweep interval after its worker's last heartbeat (C3).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import redis.asyncio as aioredis
+
+from agent_core import SettleReason, SettleRecord
+from agent_core.store import map_redis_errors
+from bot.card_publisher import CardRecord
+from bot.events import Platform
+from bot.keys import BotKeys
+from bot.lease import Leases
+from bot.platform import CardGone, CardRef, CardTarget, ChatPlatform, PlatformError
+from bot.settle import SettleWriter, Verdict
+from cards.model import CardStatus, ProgressCard
+
+__all__ = ["INTERRUPTED_ERROR", "Reaper", "SweepReport"]
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_ERROR = "interrupted: the worker running this turn stopped (lease expired)"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """What one sweep did."""
+
+    interrupted: int
+    """Cards finalized as interrupted."""
+    delivered: int
+    """Final states shown on the platform."""
+
+
+class Reaper:
+    """Finalizes abandoned cards and delivers pending final states."""
+
+    def __init__(
+        self,
+        *,
+        redis: aioredis.Redis,
+        keys: BotKeys,
+        leases: Leases,
+        settle: SettleWriter,
+        platforms: Mapping[Platform, ChatPlatform],
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._leases = leases
+        self._settle = settle
+        self._platforms = platforms
+
+    async def sweep(self, now_ms: int | None = None) -> SweepReport:
+        """One pass over expired leases and undelivered finals."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        interrupted = 0
+        for session in await self._leases.expired(now_ms):
+            interrupted += await self._abandon(session)
+            await self._leases.forget(session)
+        delivered = 0
+        with map_redis_errors("read undelivered cards"):
+            pending = await self._redis.smembers(self._keys.undelivered_cards)
+        for raw in pending:
+            session = raw.decode() if isinstance(raw, bytes) else str(raw)
+            delivered += await self._deliver(session)
+        return SweepReport(interrupted=interrupted, delivered=delivered)
+
+    async def _abandon(self, session_id: str) -> int:
+        record = CardRecord(self._redis, self._keys, session_id)
+        state = await record.abandon()
+        if not state:
+            return 0
+        card = ProgressCard.from_json(state).evolve(status=CardStatus.INTERRUPTED, pending_calls=0)
+        await record.set_state(card)
+        log.warning("turn %s of %s lost its worker: card interrupted", card.turn_id, session_id)
+        await self._deliver(session_id)  # a failure here is retried by every later sweep
+        await self._settle_interrupted(session_id, card.turn_id)
+        return 1
+
+    async def _settle_interrupted(self, session_id: str, turn_id: str) -> None:
+        now = datetime.now(UTC)
+        record = SettleRecord(
+            session_id=session_id,
+            turn_id=turn_id,
+            reason=SettleReason.FAILED,
+            final_event_id="",
+            error=INTERRUPTED_ERROR,
+            started_at=now,
+            ended_at=now,
+        )
+        verdict = Verdict(automation=False, no_final_reply=False, remedy_eligible=False)
+        await self._settle.write(record, verdict, lease=None)
+
+    async def _deliver(self, session_id: str) -> int:
+        record = CardRecord(self._redis, self._keys, session_id)
+        fields = await record.read()
+        if fields.get("final") != "1" or fields.get("delivered") == "1" or not fields.get("state"):
+            await record.mark_delivered()  # nothing left to show (expired or already shown)
+            return 0
+        kind = fields.get("platform", "")
+        platform = self._platforms.get(Platform(kind)) if kind in set(Platform) else None
+        if platform is None:
+            log.error("card of %s is on an unconfigured platform", session_id)
+            return 0
+        card = ProgressCard.from_json(fields["state"])
+        try:
+            await self._show(platform, fields, card, record)
+        except PlatformError as exc:
+            log.warning("final card of %s not delivered yet: %s", session_id, exc)
+            return 0
+        await record.mark_delivered()
+        return 1
+
+    async def _show(
+        self,
+        platform: ChatPlatform,
+        fields: Mapping[str, str],
+        card: ProgressCard,
+        record: CardRecord,
+    ) -> None:
+        kind = Platform(fields["platform"])
+        if fields.get("message_id"):
+            try:
+                await platform.update_card(
+                    CardRef(kind, fields["channel"], fields["message_id"]), card
+                )
+                return
+            except CardGone:
+                log.info("card of %s was deleted; posting the final state anew", card.turn_id)
+        ref = await platform.post_card(CardTarget(kind, fields["channel"], fields["thread"]), card)
+        await record.set_message(ref.message_id)

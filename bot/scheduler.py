@@ -1,0 +1,142 @@
+"""`chatops scheduler`: periodic jobs (APScheduler), one active scheduler across replicas.
+
+Any number of scheduler processes may run; each job run first takes or renews a leader lock in
+Redis (`SET NX PX`, renewed only by its holder through a compare-and-set script), and a process
+that is not the leader skips the run. A leader that dies loses the lock after its expiry and
+another takes over at its next tick. The jobs are idempotent anyway (RELIABILITY C10), so the
+lock saves work rather than guarding correctness.
+
+Jobs: the reaper's sweep (`bot.reaper`), every `interval_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import redis.asyncio as aioredis
+from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
+
+from agent_core.store import map_redis_errors
+from bot.errors import BotConfigError
+from bot.keys import BotKeys
+from bot.lease import Leases
+from bot.reaper import Reaper, SweepReport
+from bot.settings import Settings
+from bot.settle import SettleWriter
+from bot.worker import platforms_from
+
+__all__ = ["LeaderLock", "Scheduler", "open_scheduler"]
+
+log = logging.getLogger(__name__)
+
+# KEYS: lock. ARGV: holder, ttl ms. 1 when the caller holds the lock afterwards.
+_LEAD = """
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+class LeaderLock:
+    """At most one holder at a time; held while renewed within its TTL."""
+
+    def __init__(self, redis: aioredis.Redis, key: str, holder: str, ttl_s: float) -> None:
+        self._redis = redis
+        self._key = key
+        self.holder = holder
+        self._ttl_ms = max(1, int(ttl_s * 1000))
+        self._lead = redis.register_script(_LEAD)
+
+    async def hold(self) -> bool:
+        """Take or renew the lock; True when this process leads."""
+        with map_redis_errors("leader lock"):
+            return bool(await self._lead(keys=[self._key], args=[self.holder, self._ttl_ms]))
+
+
+class Scheduler:
+    """Runs the periodic jobs while it leads."""
+
+    def __init__(self, *, reaper: Reaper, lock: LeaderLock, interval_s: float) -> None:
+        self._reaper = reaper
+        self._lock = lock
+        self.interval_s = interval_s
+        self.sweeps: list[SweepReport] = []
+        """Reports of the sweeps this process ran (the latest few)."""
+
+    async def tick(self) -> SweepReport | None:
+        """One run of the reaper job, if this process leads."""
+        try:
+            if not await self._lock.hold():
+                return None
+            report = await self._reaper.sweep()
+        except Exception:
+            log.exception("reaper sweep failed; next tick retries")
+            return None
+        self.sweeps = [*self.sweeps[-9:], report]
+        if report.interrupted or report.delivered:
+            log.info("reaper: %d interrupted, %d delivered", report.interrupted, report.delivered)
+        return report
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run the jobs until `stop` is set."""
+        scheduler = AsyncIOScheduler()
+        scheduler.add_job(
+            self.tick,
+            "interval",
+            seconds=self.interval_s,
+            max_instances=1,
+            coalesce=True,
+            id="reaper",
+        )
+        scheduler.start()
+        try:
+            await self.tick()  # at start-up too: a restarted scheduler catches up at once
+            await stop.wait()
+        finally:
+            scheduler.shutdown(wait=False)
+
+
+@asynccontextmanager
+async def open_scheduler(
+    settings: Settings, *, interval_s: float, redis: aioredis.Redis | None = None
+) -> AsyncIterator[Scheduler]:
+    """Build the scheduler and its clients from the settings; close them afterwards.
+
+    Raises:
+        BotConfigError: The settings cannot work.
+    """
+    if redis is None and not settings.redis_url:
+        raise BotConfigError("REDIS_URL is not set")
+    platforms = platforms_from(settings)
+    async with AsyncExitStack() as stack:
+        if redis is None:
+            assert settings.redis_url
+            redis = aioredis.Redis.from_url(settings.redis_url)
+            stack.push_async_callback(redis.aclose)
+        for platform in platforms.values():
+            stack.push_async_callback(platform.aclose)
+        keys = BotKeys()
+        leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
+        reaper = Reaper(
+            redis=redis,
+            keys=keys,
+            leases=leases,
+            settle=SettleWriter(redis, keys),
+            platforms=platforms,
+        )
+        holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        lock = LeaderLock(redis, f"{keys.prefix}:scheduler:leader", holder, ttl_s=interval_s * 3)
+        yield Scheduler(reaper=reaper, lock=lock, interval_s=interval_s)

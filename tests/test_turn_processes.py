@@ -1,0 +1,316 @@
+"""The end-to-end turn across processes: `chatops serve`, `chatops worker`, `chatops scheduler`.
+
+Why this way: the deployment runs the ingress, the workers and the scheduler as separate
+processes that share only Redis; what must hold (one card, true to the end; nothing after a stop;
+no card left "in progress" when a worker is killed) has to hold across them, with real signals.
+Requests reach `chatops serve` over HTTP, signed (and for Feishu encrypted) as the platforms do;
+the processes reach the fake OpenAI provider, the fake Slack and Feishu APIs and the slow service
+over loopback. Waits are on Redis streams (`XREAD BLOCK` on the settles book), never on sleeps.
+Marked slow: each test starts processes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from agent_core import SettleRecord
+from bot.events import session_id_for
+from bot.keys import BotKeys
+from bot.reaper import INTERRUPTED_ERROR
+from bot.settle import Book
+from tests.fakes import openai_provider as fp
+from tests.fakes import signing as sg
+from tests.fakes.feishu_api import FakeFeishuAPI
+from tests.fakes.service import SlowService
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.processes import Chatops
+
+pytestmark = pytest.mark.slow
+
+SECRET = "process-signing-secret-0000000000"
+ENCRYPT_KEY = "process-encrypt-key-0123456789"
+TOKEN = "process-verification-token"
+KEYS = BotKeys()
+
+
+@pytest.fixture
+def env(redis_server, fake_llm, slack_api, feishu_api, slow_service) -> dict[str, str]:
+    return {
+        "REDIS_URL": redis_server,
+        "OPENAI_BASE_URL": fake_llm.base_url,
+        "OPENAI_API_KEY": "test",
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_BOT_TOKEN": slack_api.token,
+        "SLACK_API_URL": slack_api.base_url,
+        "FEISHU_APP_ID": sg.FEISHU_APP_ID,
+        "FEISHU_APP_SECRET": sg.FEISHU_APP_SECRET,
+        "FEISHU_ENCRYPT_KEY": ENCRYPT_KEY,
+        "FEISHU_VERIFICATION_TOKEN": TOKEN,
+        "FEISHU_DOMAIN": feishu_api.base_url,
+        "CHATOPS_HTTP_ALLOWLIST": f"127.0.0.1:{slow_service.port}",
+        "CHATOPS_LEASE_TTL_S": "1.5",
+    }
+
+
+class Deployment:
+    """The processes of one test, and an HTTP client for the ingress."""
+
+    def __init__(self, env: dict[str, str], redis: aioredis.Redis) -> None:
+        self.env, self.redis = env, redis
+        self.processes: list[Chatops] = []
+        self.base = ""
+        self.http = httpx.AsyncClient(timeout=10)
+        self._seen = "0-0"
+
+    async def start(self, *, scheduler_interval: float | None = None) -> None:
+        serve, self.base = await Chatops.serve(self.env)
+        self.processes.append(serve)
+        self.worker = await Chatops.worker(self.env)
+        self.processes.append(self.worker)
+        if scheduler_interval is not None:
+            self.processes.append(await Chatops.scheduler(self.env, scheduler_interval))
+
+    async def slack(self, payload: dict[str, Any]) -> None:
+        body, headers = sg.slack_request(payload, secret=SECRET)
+        response = await self.http.post(f"{self.base}/slack/events", content=body, headers=headers)
+        assert response.status_code == 200, response.text
+
+    async def slack_press(self, payload: dict[str, Any]) -> None:
+        body, headers = sg.slack_interactivity(payload, secret=SECRET)
+        response = await self.http.post(f"{self.base}/slack/events", content=body, headers=headers)
+        assert response.status_code == 200, response.text
+
+    async def feishu(self, payload: dict[str, Any], path: str = "/feishu/events") -> None:
+        body, headers = sg.feishu_request(
+            payload, encrypt_key=ENCRYPT_KEY, verification_token=TOKEN
+        )
+        response = await self.http.post(f"{self.base}{path}", content=body, headers=headers)
+        assert response.status_code == 200, response.text
+
+    async def next_settle(self, timeout_s: float = 20.0) -> SettleRecord:
+        """The next settle written to the book (blocking read, no polling)."""
+        reply: Any = await self.redis.xread(
+            {KEYS.book(Book.SETTLES): self._seen}, count=1, block=int(timeout_s * 1000)
+        )
+        assert reply, "no settle within the timeout:\n" + "\n".join(p.log for p in self.processes)
+        entry_id, fields = reply[0][1][0]
+        self._seen = entry_id.decode()
+        return SettleRecord.model_validate_json(fields[b"record"])
+
+    async def released(self, session: str, timeout_s: float = 20.0) -> None:
+        """Wait for the worker to release the session's lease: the card is final by then."""
+        rung = await self.redis.blpop([KEYS.lease_free(session)], timeout=timeout_s)
+        assert rung is not None, "lease not released:\n" + "\n".join(p.log for p in self.processes)
+
+    async def close(self) -> None:
+        await self.http.aclose()
+        for proc in reversed(self.processes):
+            await proc.stop()
+
+
+@pytest.fixture
+async def deployment(env, redis_client) -> AsyncIterator[Deployment]:
+    running = Deployment(env, redis_client)
+    yield running
+    await running.close()
+
+
+def slack_session(thread: str) -> str:
+    return session_id_for("slack", sg.SLACK_TEAM_ID, sg.SLACK_CHANNEL_ID, thread)
+
+
+def feishu_session(root: str) -> str:
+    return session_id_for("feishu", sg.FEISHU_TENANT_KEY, sg.FEISHU_CHAT_ID, root)
+
+
+def probe(service: SlowService, name: str) -> fp.ToolCall:
+    return fp.ToolCall("http_get", {"url": service.url(f"/hold/{name}")})
+
+
+def slack_cards(api: FakeSlackAPI, thread: str) -> list[Any]:
+    return [
+        c
+        for c in api.calls_to("chat.postMessage")
+        if c.params.get("thread_ts") == thread and c.status == 200
+    ]
+
+
+def slack_blocks(call: Any) -> list[dict[str, Any]]:
+    blocks = call.params.get("blocks")
+    return json.loads(blocks) if isinstance(blocks, str) else list(blocks or [])
+
+
+def slack_stop_buttons(call: Any) -> list[dict[str, Any]]:
+    return [
+        e
+        for b in slack_blocks(call)
+        if b.get("type") == "actions"
+        for e in b.get("elements", [])
+        if "Stop" in e.get("text", {}).get("text", "")
+    ]
+
+
+def slack_final(api: FakeSlackAPI, thread: str) -> Any:
+    (posted,) = slack_cards(api, thread)
+    ts = posted.response["ts"]
+    updates = [
+        c for c in api.calls_to("chat.update") if c.params.get("ts") == ts and c.status == 200
+    ]
+    return updates[-1] if updates else posted
+
+
+def slack_card_text(call: Any) -> str:
+    return json.dumps(slack_blocks(call), ensure_ascii=False)
+
+
+async def test_slack_mention_steer_mid_batch_then_answer(
+    deployment, fake_llm, slack_api, slow_service
+) -> None:
+    fake_llm.script(
+        fp.ToolCallsReply([probe(slow_service, n) for n in ("db", "cache", "queue")]),
+        fp.TextReply("The gateway is dropping connections."),
+    )
+    await deployment.start()
+    thread = sg.slack_ts()
+    await deployment.slack(sg.slack_app_mention(ts=thread))
+    await slow_service.wait_for_hits(3)
+    await deployment.slack(sg.slack_message(text="it's the gateway, not the db", thread_ts=thread))
+
+    first, second = await deployment.next_settle(), await deployment.next_settle()
+    assert (first.reason, first.final_event_id) == ("steered", "")
+    assert second.reason == "completed" and second.final_event_id
+    await deployment.released(slack_session(thread))
+    sent = fake_llm.requests[1].messages
+    assert [m["role"] for m in sent][-5:] == ["assistant", "tool", "tool", "tool", "user"]
+    assert "gateway, not the db" in sent[-1]["content"]
+    assert len(slack_cards(slack_api, thread)) == 1
+    assert slack_stop_buttons(slack_cards(slack_api, thread)[0])
+    final = slack_final(slack_api, thread)
+    assert not slack_stop_buttons(final)
+    assert "redirected" in slack_card_text(final) and "Answered" in slack_card_text(final)
+    assert slack_api.thread_status(sg.SLACK_CHANNEL_ID, thread) in (None, "")
+
+
+async def test_slack_stop_button_mid_batch(deployment, fake_llm, slack_api, slow_service) -> None:
+    fake_llm.script(
+        fp.ToolCallsReply([probe(slow_service, n) for n in ("a", "b")]),
+        fp.TextReply("never sent"),
+    )
+    await deployment.start()
+    thread = sg.slack_ts()
+    await deployment.slack(sg.slack_app_mention(ts=thread))
+    await slow_service.wait_for_hits(2)
+    (posted,) = slack_cards(slack_api, thread)
+    (button,) = slack_stop_buttons(posted)
+    await deployment.slack_press(
+        sg.slack_block_actions(
+            action_id=button["action_id"],
+            value=button["value"],
+            message_ts=posted.response["ts"],
+            thread_ts=thread,
+        )
+    )
+    settled = await deployment.next_settle()
+    assert settled.reason == "stopped"
+    await deployment.released(slack_session(thread))
+    assert len(fake_llm.requests) == 1 and len(slow_service.hits) == 2
+    final = slack_final(slack_api, thread)
+    assert not slack_stop_buttons(final) and "Stopped" in slack_card_text(final)
+
+
+def feishu_cards(api: FakeFeishuAPI) -> list[dict[str, Any]]:
+    return api.bot_messages(sg.FEISHU_CHAT_ID)
+
+
+def feishu_card(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("body", {}).get("content") or message.get("content")
+    assert isinstance(content, str)
+    parsed: dict[str, Any] = json.loads(content)
+    return parsed
+
+
+def feishu_stop_value(card: dict[str, Any]) -> dict[str, Any] | None:
+    text = json.dumps(card, ensure_ascii=False)
+    if '"action": "stop"' not in text:
+        return None
+
+    def find(node: Any) -> dict[str, Any] | None:
+        if isinstance(node, dict):
+            for behavior in node.get("behaviors", []) or []:
+                value = behavior.get("value")
+                if isinstance(value, dict) and value.get("action") == "stop":
+                    return value
+            for child in node.values():
+                if (found := find(child)) is not None:
+                    return found
+        if isinstance(node, list):
+            for child in node:
+                if (found := find(child)) is not None:
+                    return found
+        return None
+
+    return find(card)
+
+
+async def test_feishu_mention_steer_then_answer_and_stop_from_the_card(
+    deployment, fake_llm, feishu_api, slow_service
+) -> None:
+    fake_llm.script(
+        fp.ToolCallsReply([probe(slow_service, n) for n in ("db", "cache")]),
+        fp.TextReply("The gateway is dropping connections."),
+    )
+    await deployment.start()
+    mention = sg.feishu_message_receive()
+    root = mention["event"]["message"]["message_id"]
+    await deployment.feishu(mention)
+    await slow_service.wait_for_hits(2)
+    reply = sg.feishu_message_receive(
+        text="it's the gateway", mentions=[], root_id=root, parent_id=root
+    )
+    await deployment.feishu(reply)
+    assert (await deployment.next_settle()).reason == "steered"
+    assert (await deployment.next_settle()).reason == "completed"
+    await deployment.released(feishu_session(root))
+    (message,) = feishu_cards(feishu_api)
+    card = feishu_card(feishu_api.message(message["message_id"]) or message)
+    text = json.dumps(card, ensure_ascii=False)
+    assert feishu_stop_value(card) is None
+    assert "redirected" in text and "gateway is dropping" in text
+
+    # A second analysis in another thread, stopped from its card's button.
+    fake_llm.script(fp.ToolCallsReply([probe(slow_service, "z")]), fp.TextReply("never"))
+    other = sg.feishu_message_receive()
+    await deployment.feishu(other)
+    await slow_service.wait_for_hits(3)
+    newest = feishu_cards(feishu_api)[-1]
+    value = feishu_stop_value(feishu_card(newest))
+    assert value is not None and value["turn"]
+    press = sg.feishu_card_action(value=value, open_message_id=newest["message_id"])
+    await deployment.feishu(press, path="/feishu/card")
+    assert (await deployment.next_settle()).reason == "stopped"
+    assert len(fake_llm.requests) == 3
+
+
+async def test_c3_a_killed_worker_leaves_no_card_in_progress(
+    deployment, fake_llm, slack_api, slow_service
+) -> None:
+    fake_llm.script(fp.ToolCallsReply([probe(slow_service, "forever")]))
+    await deployment.start(scheduler_interval=0.5)
+    thread = sg.slack_ts()
+    await deployment.slack(sg.slack_app_mention(ts=thread))
+    await slow_service.wait_for_hits(1)
+    assert slack_stop_buttons(slack_cards(slack_api, thread)[0])
+    deployment.worker.signal(signal.SIGKILL)
+
+    settled = await deployment.next_settle()  # the reaper's, within lease TTL + one sweep
+    assert (settled.reason, settled.error) == ("failed", INTERRUPTED_ERROR)
+    final = slack_final(slack_api, thread)
+    assert not slack_stop_buttons(final) and "Interrupted" in slack_card_text(final)
+    assert not await deployment.redis.exists(KEYS.live_turn(slack_session(thread)))
