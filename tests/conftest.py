@@ -16,6 +16,7 @@ from tests.fakes.feishu_api import _feishu_api_server, feishu_api  # noqa: F401
 from tests.fakes.openai_provider import _fake_llm_server, fake_llm  # noqa: F401
 from tests.fakes.service import slow_service  # noqa: F401
 from tests.fakes.slack_api import _slack_api_server, slack_api  # noqa: F401
+from tests.inprocess_bot import bot, bot_settings  # noqa: F401
 from tests.loopback import free_port, spawn_redis, stop_process
 
 __all__ = ["free_port"]

@@ -11,99 +11,20 @@ flows across separate `chatops serve` and `chatops worker` processes are in
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-import pytest
 import redis.asyncio as aioredis
 
 from agent_core import SettleRecord
-from bot.actor import ActorOptions
-from bot.adapters.slack import SlackIdentity
-from bot.card_publisher import PublisherOptions
 from bot.events import session_id_for
-from bot.ingress import create_app
 from bot.keys import BotKeys
-from bot.settings import Settings
 from bot.settle import Book
-from bot.worker import Worker, open_worker
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.fakes.service import SlowService
-from tests.fakes.slack_api import FakeSlackAPI
+from tests.slack_view import card_text, cards_in, final_card, stop_buttons
 
-SECRET = "e2e-signing-secret-000000000000000"
 KEYS = BotKeys()
-
-
-@pytest.fixture
-def settings(redis_server, fake_llm, slack_api, slow_service) -> Settings:
-    return Settings(
-        _env_file=None,
-        REDIS_URL=redis_server,
-        OPENAI_BASE_URL=fake_llm.base_url,
-        OPENAI_API_KEY="test",
-        SLACK_SIGNING_SECRET=SECRET,
-        SLACK_BOT_TOKEN=slack_api.token,
-        SLACK_API_URL=slack_api.base_url,
-        CHATOPS_HTTP_ALLOWLIST=f"127.0.0.1:{slow_service.port}",
-        CHATOPS_LEASE_TTL_S=5,
-    )
-
-
-class Bot:
-    """The ingress (over ASGI) and one worker (started on demand) sharing one Redis."""
-
-    def __init__(self, settings: Settings, redis: aioredis.Redis) -> None:
-        self.settings, self.redis = settings, redis
-        identity = SlackIdentity(sg.SLACK_BOT_USER_ID, sg.SLACK_BOT_ID, sg.SLACK_TEAM_ID)
-        self.app = create_app(settings, redis=redis, slack=identity)
-        self.http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=self.app), base_url="http://bot"
-        )
-        self.worker: Worker | None = None
-        self._worker_task: asyncio.Task[None] | None = None
-        self._worker_cm: Any = None
-
-    async def post(self, payload: dict[str, Any]) -> httpx.Response:
-        body, headers = sg.slack_request(payload, secret=SECRET)
-        response = await self.http.post("/slack/events", content=body, headers=headers)
-        assert response.status_code == 200, response.text
-        return response
-
-    async def press(self, payload: dict[str, Any]) -> httpx.Response:
-        body, headers = sg.slack_interactivity(payload, secret=SECRET)
-        response = await self.http.post("/slack/events", content=body, headers=headers)
-        assert response.status_code == 200, response.text
-        return response
-
-    async def start_worker(self) -> Worker:
-        options = ActorOptions(publisher=PublisherOptions(min_interval_s=0.05))
-        self._worker_cm = open_worker(self.settings, redis=self.redis, actor_options=options)
-        self.worker = await self._worker_cm.__aenter__()
-        self._worker_task = asyncio.get_running_loop().create_task(self.worker.run())
-        return self.worker
-
-    async def close(self) -> None:
-        if self.worker is not None and self._worker_task is not None:
-            self.worker.stop()
-            await asyncio.wait_for(self._worker_task, 15)
-            await self._worker_cm.__aexit__(None, None, None)
-        await self.http.aclose()
-
-
-@pytest.fixture
-async def bot(settings: Settings, redis_client: aioredis.Redis) -> AsyncIterator[Bot]:
-    lifespan = None
-    running = Bot(settings, redis_client)
-    lifespan = running.app.router.lifespan_context(running.app)
-    await lifespan.__aenter__()
-    yield running
-    await running.close()
-    await lifespan.__aexit__(None, None, None)
 
 
 def probe(service: SlowService, name: str) -> fp.ToolCall:
@@ -112,43 +33,6 @@ def probe(service: SlowService, name: str) -> fp.ToolCall:
 
 def session_of(thread: str) -> str:
     return session_id_for("slack", sg.SLACK_TEAM_ID, sg.SLACK_CHANNEL_ID, thread)
-
-
-def cards_in(slack_api: FakeSlackAPI, thread: str) -> list[Any]:
-    return [
-        c
-        for c in slack_api.calls_to("chat.postMessage")
-        if c.params.get("thread_ts") == thread and c.status == 200
-    ]
-
-
-def blocks_of(call: Any) -> list[dict[str, Any]]:
-    blocks = call.params.get("blocks")
-    return json.loads(blocks) if isinstance(blocks, str) else list(blocks or [])
-
-
-def stop_buttons(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        element
-        for block in blocks
-        if block.get("type") == "actions"
-        for element in block.get("elements", [])
-        if "Stop" in element.get("text", {}).get("text", "")
-    ]
-
-
-def card_text(call: Any) -> str:
-    return json.dumps(blocks_of(call), ensure_ascii=False) + str(call.params.get("text", ""))
-
-
-async def last_card(slack_api: FakeSlackAPI, thread: str) -> Any:
-    """The last successful post or update of the thread's card."""
-    (posted,) = cards_in(slack_api, thread)
-    ts = posted.response["ts"]
-    updates = [
-        c for c in slack_api.calls_to("chat.update") if c.params.get("ts") == ts and c.status == 200
-    ]
-    return updates[-1] if updates else posted
 
 
 async def settles(redis: aioredis.Redis, session: str) -> dict[str, SettleRecord]:
@@ -196,9 +80,9 @@ async def test_steer_mid_batch_redirects_and_the_card_ends_answered(
 
     # One card, in the mention's thread; the last state is final, answered, redirected, no Stop.
     assert len(cards_in(slack_api, thread)) == 1
-    assert stop_buttons(blocks_of(cards_in(slack_api, thread)[0]))
-    final = await last_card(slack_api, thread)
-    assert not stop_buttons(blocks_of(final))
+    assert stop_buttons(cards_in(slack_api, thread)[0])
+    final = final_card(slack_api, thread)
+    assert not stop_buttons(final)
     text = card_text(final)
     assert "Answered" in text and "redirected" in text and "gateway is dropping" in text
 
@@ -227,7 +111,7 @@ async def test_stop_button_mid_batch_starts_nothing_more(
     await bot.post(sg.slack_app_mention(ts=thread))
     await slow_service.wait_for_hits(2)
     (posted,) = cards_in(slack_api, thread)
-    (button,) = stop_buttons(blocks_of(posted))
+    (button,) = stop_buttons(posted)
     await bot.press(
         sg.slack_block_actions(
             action_id=button["action_id"],
@@ -241,8 +125,8 @@ async def test_stop_button_mid_batch_starts_nothing_more(
 
     assert len(fake_llm.requests) == 1  # no model request after the stop
     assert len(slow_service.hits) == 2  # and no tool call
-    final = await last_card(slack_api, thread)
-    assert not stop_buttons(blocks_of(final))
+    final = final_card(slack_api, thread)
+    assert not stop_buttons(final)
     assert "Stopped" in card_text(final)
     records = await settles(redis_client, session_of(thread))
     assert [r.reason.value for r in records.values()] == ["stopped"]
@@ -294,5 +178,5 @@ async def test_an_empty_answer_climbs_the_remedy_ladder_once(
     assert await book_len(redis_client, Book.REMEDIES) == 1
     assert await book_len(redis_client, Book.NO_FINAL_REPLY) == 2
     assert await book_len(redis_client, Book.AUTOMATION) == 0
-    final = await last_card(slack_api, thread)
-    assert not stop_buttons(blocks_of(final))
+    final = final_card(slack_api, thread)
+    assert not stop_buttons(final)

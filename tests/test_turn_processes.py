@@ -29,8 +29,8 @@ from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.fakes.feishu_api import FakeFeishuAPI
 from tests.fakes.service import SlowService
-from tests.fakes.slack_api import FakeSlackAPI
 from tests.processes import Chatops
+from tests.slack_view import card_text, cards_in, final_card, stop_buttons
 
 pytestmark = pytest.mark.slow
 
@@ -134,42 +134,6 @@ def probe(service: SlowService, name: str) -> fp.ToolCall:
     return fp.ToolCall("http_get", {"url": service.url(f"/hold/{name}")})
 
 
-def slack_cards(api: FakeSlackAPI, thread: str) -> list[Any]:
-    return [
-        c
-        for c in api.calls_to("chat.postMessage")
-        if c.params.get("thread_ts") == thread and c.status == 200
-    ]
-
-
-def slack_blocks(call: Any) -> list[dict[str, Any]]:
-    blocks = call.params.get("blocks")
-    return json.loads(blocks) if isinstance(blocks, str) else list(blocks or [])
-
-
-def slack_stop_buttons(call: Any) -> list[dict[str, Any]]:
-    return [
-        e
-        for b in slack_blocks(call)
-        if b.get("type") == "actions"
-        for e in b.get("elements", [])
-        if "Stop" in e.get("text", {}).get("text", "")
-    ]
-
-
-def slack_final(api: FakeSlackAPI, thread: str) -> Any:
-    (posted,) = slack_cards(api, thread)
-    ts = posted.response["ts"]
-    updates = [
-        c for c in api.calls_to("chat.update") if c.params.get("ts") == ts and c.status == 200
-    ]
-    return updates[-1] if updates else posted
-
-
-def slack_card_text(call: Any) -> str:
-    return json.dumps(slack_blocks(call), ensure_ascii=False)
-
-
 async def test_slack_mention_steer_mid_batch_then_answer(
     deployment, fake_llm, slack_api, slow_service
 ) -> None:
@@ -190,11 +154,11 @@ async def test_slack_mention_steer_mid_batch_then_answer(
     sent = fake_llm.requests[1].messages
     assert [m["role"] for m in sent][-5:] == ["assistant", "tool", "tool", "tool", "user"]
     assert "gateway, not the db" in sent[-1]["content"]
-    assert len(slack_cards(slack_api, thread)) == 1
-    assert slack_stop_buttons(slack_cards(slack_api, thread)[0])
-    final = slack_final(slack_api, thread)
-    assert not slack_stop_buttons(final)
-    assert "redirected" in slack_card_text(final) and "Answered" in slack_card_text(final)
+    assert len(cards_in(slack_api, thread)) == 1
+    assert stop_buttons(cards_in(slack_api, thread)[0])
+    final = final_card(slack_api, thread)
+    assert not stop_buttons(final)
+    assert "redirected" in card_text(final) and "Answered" in card_text(final)
     assert slack_api.thread_status(sg.SLACK_CHANNEL_ID, thread) in (None, "")
 
 
@@ -207,8 +171,8 @@ async def test_slack_stop_button_mid_batch(deployment, fake_llm, slack_api, slow
     thread = sg.slack_ts()
     await deployment.slack(sg.slack_app_mention(ts=thread))
     await slow_service.wait_for_hits(2)
-    (posted,) = slack_cards(slack_api, thread)
-    (button,) = slack_stop_buttons(posted)
+    (posted,) = cards_in(slack_api, thread)
+    (button,) = stop_buttons(posted)
     await deployment.slack_press(
         sg.slack_block_actions(
             action_id=button["action_id"],
@@ -221,8 +185,8 @@ async def test_slack_stop_button_mid_batch(deployment, fake_llm, slack_api, slow
     assert settled.reason == "stopped"
     await deployment.released(slack_session(thread))
     assert len(fake_llm.requests) == 1 and len(slow_service.hits) == 2
-    final = slack_final(slack_api, thread)
-    assert not slack_stop_buttons(final) and "Stopped" in slack_card_text(final)
+    final = final_card(slack_api, thread)
+    assert not stop_buttons(final) and "Stopped" in card_text(final)
 
 
 def feishu_cards(api: FakeFeishuAPI) -> list[dict[str, Any]]:
@@ -306,11 +270,11 @@ async def test_c3_a_killed_worker_leaves_no_card_in_progress(
     thread = sg.slack_ts()
     await deployment.slack(sg.slack_app_mention(ts=thread))
     await slow_service.wait_for_hits(1)
-    assert slack_stop_buttons(slack_cards(slack_api, thread)[0])
+    assert stop_buttons(cards_in(slack_api, thread)[0])
     deployment.worker.signal(signal.SIGKILL)
 
     settled = await deployment.next_settle()  # the reaper's, within lease TTL + one sweep
     assert (settled.reason, settled.error) == ("failed", INTERRUPTED_ERROR)
-    final = slack_final(slack_api, thread)
-    assert not slack_stop_buttons(final) and "Interrupted" in slack_card_text(final)
+    final = final_card(slack_api, thread)
+    assert not stop_buttons(final) and "Interrupted" in card_text(final)
     assert not await deployment.redis.exists(KEYS.live_turn(slack_session(thread)))

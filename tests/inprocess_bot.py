@@ -1,0 +1,94 @@
+"""One bot in the test's process: the real ingress app (over ASGI) and a real worker.
+
+Shared by the in-process end-to-end tests. The worker talks to the fake OpenAI provider and the
+fake Slack Web API over HTTP through the real SDKs; everything shares one real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from bot.actor import ActorOptions
+from bot.adapters.slack import SlackIdentity
+from bot.card_publisher import PublisherOptions
+from bot.ingress import create_app
+from bot.settings import Settings
+from bot.worker import Worker, open_worker
+from tests.fakes import signing as sg
+
+__all__ = ["SECRET", "Bot", "bot", "bot_settings"]
+
+SECRET = "e2e-signing-secret-000000000000000"
+
+
+@pytest.fixture
+def bot_settings(redis_server, fake_llm, slack_api, slow_service) -> Settings:
+    return Settings(
+        _env_file=None,
+        REDIS_URL=redis_server,
+        OPENAI_BASE_URL=fake_llm.base_url,
+        OPENAI_API_KEY="test",
+        SLACK_SIGNING_SECRET=SECRET,
+        SLACK_BOT_TOKEN=slack_api.token,
+        SLACK_API_URL=slack_api.base_url,
+        CHATOPS_HTTP_ALLOWLIST=f"127.0.0.1:{slow_service.port}",
+        CHATOPS_LEASE_TTL_S=5,
+    )
+
+
+class Bot:
+    """The ingress (over ASGI) and one worker (started on demand) sharing one Redis."""
+
+    def __init__(self, settings: Settings, redis: aioredis.Redis) -> None:
+        self.settings, self.redis = settings, redis
+        identity = SlackIdentity(sg.SLACK_BOT_USER_ID, sg.SLACK_BOT_ID, sg.SLACK_TEAM_ID)
+        self.app = create_app(settings, redis=redis, slack=identity)
+        self.http = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.app), base_url="http://bot"
+        )
+        self.worker: Worker | None = None
+        self._worker_task: asyncio.Task[None] | None = None
+        self._worker_cm: Any = None
+
+    async def post(self, payload: dict[str, Any]) -> httpx.Response:
+        body, headers = sg.slack_request(payload, secret=SECRET)
+        response = await self.http.post("/slack/events", content=body, headers=headers)
+        assert response.status_code == 200, response.text
+        return response
+
+    async def press(self, payload: dict[str, Any]) -> httpx.Response:
+        body, headers = sg.slack_interactivity(payload, secret=SECRET)
+        response = await self.http.post("/slack/events", content=body, headers=headers)
+        assert response.status_code == 200, response.text
+        return response
+
+    async def start_worker(self, options: ActorOptions | None = None) -> Worker:
+        options = options or ActorOptions(publisher=PublisherOptions(min_interval_s=0.05))
+        self._worker_cm = open_worker(self.settings, redis=self.redis, actor_options=options)
+        self.worker = await self._worker_cm.__aenter__()
+        self._worker_task = asyncio.get_running_loop().create_task(self.worker.run())
+        return self.worker
+
+    async def close(self) -> None:
+        if self.worker is not None and self._worker_task is not None:
+            self.worker.stop()
+            await asyncio.wait_for(self._worker_task, 15)
+            await self._worker_cm.__aexit__(None, None, None)
+        await self.http.aclose()
+
+
+@pytest.fixture
+async def bot(bot_settings: Settings, redis_client: aioredis.Redis) -> AsyncIterator[Bot]:
+    lifespan = None
+    running = Bot(bot_settings, redis_client)
+    lifespan = running.app.router.lifespan_context(running.app)
+    await lifespan.__aenter__()
+    yield running
+    await running.close()
+    await lifespan.__aexit__(None, None, None)
