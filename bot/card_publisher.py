@@ -53,10 +53,23 @@ if token > tonumber(ARGV[1]) then return 0 end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', ARGV[3], 'final', ARGV[2])
 if ARGV[2] == '1' then
-  redis.call('HSET', KEYS[1], 'delivered', '0')
+  local now = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'delivered', 'sending:' .. now[1])
   redis.call('SADD', KEYS[2], ARGV[4])
 end
 return seq
+"""
+
+# KEYS: card record. ARGV: seconds after which a delivery in progress counts as abandoned.
+# Takes the delivery of a recorded final state: 1 when the caller must send it now.
+_TAKE_DELIVERY = """
+local state = redis.call('HGET', KEYS[1], 'delivered')
+if not state or state == '1' then return 0 end
+local now = tonumber(redis.call('TIME')[1])
+local since = tonumber(string.match(state, '^sending:(%d+)$') or '')
+if since and now - since < tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'delivered', 'sending:' .. now)
+return 1
 """
 
 # KEYS: card record, lease, undelivered-finals index. ARGV: session.
@@ -65,7 +78,8 @@ return seq
 _ABANDON = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return '' end
 if redis.call('HGET', KEYS[1], 'final') ~= '0' then return '' end
-redis.call('HSET', KEYS[1], 'final', '1', 'delivered', '0')
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'final', '1', 'delivered', 'sending:' .. now[1])
 redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('SADD', KEYS[3], ARGV[1])
 return redis.call('HGET', KEYS[1], 'state') or ''
@@ -91,6 +105,8 @@ return ''
 """
 
 CARD_TTL_S = 30 * 24 * 3600
+DELIVERY_STALE_S = 60
+"""A final state whose sender has not confirmed it within this long is sent again (reaper)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +135,7 @@ class CardRecord:
         self._claim = redis.register_script(_CLAIM)
         self._attach = redis.register_script(_ATTACH)
         self._abandon = redis.register_script(_ABANDON)
+        self._take_delivery = redis.register_script(_TAKE_DELIVERY)
 
     async def attach(self, token: int, target: CardTarget) -> str:
         """Become the card's writer; the live card's message id, or '' to post a new one."""
@@ -145,6 +162,11 @@ class CardRecord:
                 keys=[self._key, self._lease_key, self._undelivered], args=[self.session_id]
             )
         return _text(raw)
+
+    async def take_delivery(self, stale_s: float = DELIVERY_STALE_S) -> bool:
+        """Take the delivery of the recorded final state, unless another is sending it."""
+        with map_redis_errors("take card delivery"):
+            return bool(await self._take_delivery(keys=[self._key], args=[int(stale_s)]))
 
     async def set_state(self, card: ProgressCard) -> None:
         """Store the final state the reaper decided (after `abandon`)."""

@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 
 from agent_core import SettleReason, SettleRecord
 from agent_core.store import map_redis_errors
-from bot.card_publisher import CardRecord
+from bot.card_publisher import DELIVERY_STALE_S, CardRecord
 from bot.events import Platform
 from bot.keys import BotKeys
 from bot.lease import Leases
@@ -93,7 +93,7 @@ class Reaper:
         card = ProgressCard.from_json(state).evolve(status=CardStatus.INTERRUPTED, pending_calls=0)
         await record.set_state(card)
         log.warning("turn %s of %s lost its worker: card interrupted", card.turn_id, session_id)
-        await self._deliver(session_id)  # a failure here is retried by every later sweep
+        await self._deliver(session_id, stale_s=0)  # ours now; a failure is retried later
         await self._settle_interrupted(session_id, card.turn_id)
         return 1
 
@@ -111,12 +111,14 @@ class Reaper:
         verdict = Verdict(automation=False, no_final_reply=False, remedy_eligible=False)
         await self._settle.write(record, verdict, lease=None)
 
-    async def _deliver(self, session_id: str) -> int:
+    async def _deliver(self, session_id: str, stale_s: float = DELIVERY_STALE_S) -> int:
         record = CardRecord(self._redis, self._keys, session_id)
         fields = await record.read()
         if fields.get("final") != "1" or fields.get("delivered") == "1" or not fields.get("state"):
             await record.mark_delivered()  # nothing left to show (expired or already shown)
             return 0
+        if not await record.take_delivery(stale_s):
+            return 0  # being sent (by its worker, or another reaper): not twice
         kind = fields.get("platform", "")
         platform = self._platforms.get(Platform(kind)) if kind in set(Platform) else None
         if platform is None:
