@@ -29,7 +29,7 @@ from bot.lease import Leases
 from bot.reaper import Reaper, SweepReport
 from bot.settings import Settings
 from bot.settle import SettleWriter
-from bot.worker import platforms_from
+from bot.worker import platforms_from, pricing_from
 
 __all__ = ["LeaderLock", "Scheduler", "open_scheduler"]
 
@@ -134,7 +134,7 @@ async def open_scheduler(
             redis=redis,
             keys=keys,
             leases=leases,
-            settle=SettleWriter(redis, keys),
+            settle=SettleWriter(redis, keys, pricing_from(settings)),
             platforms=platforms,
         )
         holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -42,3 +42,11 @@ class Settings(BaseSettings):
     )
     """Comma-separated `host` or `host:port` entries the `http_get` tool may reach."""
     lease_ttl_s: float = Field(default=30.0, gt=0, validation_alias="CHATOPS_LEASE_TTL_S")
+    price_prompt_per_mtok: float = Field(
+        default=0.0, ge=0, validation_alias="CHATOPS_PRICE_PROMPT_PER_MTOK"
+    )
+    """Price of a million prompt tokens, for the cost booked with each turn (0: not tracked)."""
+    price_completion_per_mtok: float = Field(
+        default=0.0, ge=0, validation_alias="CHATOPS_PRICE_COMPLETION_PER_MTOK"
+    )
+    """Price of a million completion tokens."""

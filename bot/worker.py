@@ -35,9 +35,9 @@ from bot.model import build_chat_model
 from bot.platform import ChatPlatform
 from bot.queue import Queue, TurnJob
 from bot.settings import Settings
-from bot.settle import SettleWriter
+from bot.settle import Pricing, SettleWriter
 
-__all__ = ["Worker", "WorkerOptions", "open_worker", "platforms_from"]
+__all__ = ["Worker", "WorkerOptions", "open_worker", "platforms_from", "pricing_from"]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,14 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def pricing_from(settings: Settings) -> Pricing:
+    """The model prices the settle writer books costs with."""
+    return Pricing(
+        prompt_per_mtok=settings.price_prompt_per_mtok,
+        completion_per_mtok=settings.price_completion_per_mtok,
+    )
+
+
 def platforms_from(settings: Settings) -> dict[Platform, ChatPlatform]:
     """The card clients of every configured platform.
 
@@ -222,7 +230,7 @@ async def open_worker(
             redis=redis,
             keys=keys,
             leases=leases,
-            settle=SettleWriter(redis, keys),
+            settle=SettleWriter(redis, keys, pricing_from(settings)),
             platforms=platforms,
             options=actor_options,
         )

@@ -39,6 +39,8 @@ def bot_settings(redis_server, fake_llm, slack_api, slow_service) -> Settings:
         SLACK_API_URL=slack_api.base_url,
         CHATOPS_HTTP_ALLOWLIST=f"127.0.0.1:{slow_service.port}",
         CHATOPS_LEASE_TTL_S=5,
+        CHATOPS_PRICE_PROMPT_PER_MTOK=1.0,
+        CHATOPS_PRICE_COMPLETION_PER_MTOK=2.0,
     )
 
 

@@ -97,6 +97,16 @@ async def test_steer_mid_batch_redirects_and_the_card_ends_answered(
     assert await book_len(redis_client, Book.NO_FINAL_REPLY) == 0
     assert await book_len(redis_client, Book.REMEDIES) == 0
     assert not await redis_client.exists(KEYS.live_turn(session_of(thread)))
+    assert not await redis_client.smembers(KEYS.open_turns(session_of(thread)))
+
+    # Tokens and cost are booked for both turns, the steered one included (10 + 5 each).
+    usage = await redis_client.hgetall(KEYS.usage(session_of(thread)))
+    assert {k: float(v) for k, v in usage.items()} == {
+        b"turns": 2,
+        b"prompt_tokens": 20,
+        b"completion_tokens": 10,
+        b"cost": (20 * 1.0 + 10 * 2.0) / 1e6,
+    }
 
 
 async def test_stop_button_mid_batch_starts_nothing_more(
