@@ -42,6 +42,7 @@ from agent_core import (
     UserMessage,
     load_message,
 )
+from agent_core.interrupts import TOMBSTONE_TTL_S, checkpoint
 from agent_core.loop import TurnRequest
 from agent_core.store import map_redis_errors
 from bot.card_publisher import CardPublisher, CardRecord, PublisherOptions
@@ -58,6 +59,18 @@ __all__ = ["Actor", "ActorOptions"]
 
 log = logging.getLogger(__name__)
 
+INTERRUPTED = "interrupted: the worker stopped before this turn ended"
+
+# KEYS: open turns, follow-ups, the current turn's tombstone, the next turn's tombstone.
+# ARGV: next turn, tombstone ttl.
+_OPEN_TURN = """
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+local stop = redis.call('GET', KEYS[3])
+if stop then redis.call('SET', KEYS[4], stop, 'EX', ARGV[2]) end
+return 1
+"""
 REMEDY_NUDGE = (
     "Your last reply was empty. Answer the task above now, or say in one sentence why you cannot."
 )
@@ -84,6 +97,10 @@ class _Chain:
     turn_id: str
     rungs: int = 0
     turns: int = 0
+    opened: list[str] = field(default_factory=list)
+    """Follow-up turns this chain created (each must settle)."""
+    unsettled: RunOutcome | None = None
+    """The last run's outcome until it is settled (an error in between still settles it)."""
 
 
 class Actor:
@@ -107,6 +124,7 @@ class Actor:
         self._settle = settle
         self._platforms = platforms
         self._options = options or ActorOptions()
+        self._open = redis.register_script(_OPEN_TURN)
 
     async def run(self, job: TurnJob, lease: Lease) -> None:
         """Run the analysis `job` starts, holding `lease`; settle and finalize its card."""
@@ -124,47 +142,68 @@ class Actor:
         card = ProgressCard(title=event.text, turn_id=job.turn_id, thread=event.thread)
         chain = _Chain(job, lease, CardTracker(card, publisher.show), job.turn_id)
         try:
-            await publisher.open(chain.tracker.card)
             final = await self._supervised(chain, publisher)
         except LeaseLost as exc:
             log.warning("analysis %s abandoned: %s", job.turn_id, exc)
+            await self._shielded(publisher.clear_status())  # the new holder owns the card
             return
+        except asyncio.CancelledError:
+            # The worker is going away without a drain: nobody resumes this analysis, so it
+            # ends here, truthfully, before the cancellation goes on.
+            final = chain.tracker.final(CardStatus.INTERRUPTED)
+            await self._shielded(self._settle_unfinished(chain, INTERRUPTED))
+            await self._shielded(publisher.finish(final))
+            raise
         except Exception as exc:
             log.exception("analysis %s failed", job.turn_id)
             final = chain.tracker.final(CardStatus.FAILED, error=_short(exc))
-            await self._shielded(self._settle_failure(chain, exc))
+            await self._shielded(self._settle_unfinished(chain, _short(exc)))
         if final is not None:
             await self._shielded(publisher.finish(final))
 
     async def _supervised(self, chain: _Chain, publisher: CardPublisher) -> ProgressCard | None:
-        """Run the chain with its heartbeat and card flusher alongside; both end with it."""
+        """Run the chain with its heartbeat and card flusher alongside; both end with it.
+
+        The heartbeat starts first: even posting the card may wait out a platform outage.
+        """
         try:
             async with asyncio.TaskGroup() as group:
                 beat = group.create_task(self._leases.heartbeat(chain.lease, lambda: chain.turn_id))
-                flusher = group.create_task(publisher.run())
                 try:
-                    return await self._chain(chain)
+                    await publisher.open(chain.tracker.card)
+                    flusher = group.create_task(publisher.run())
+                    try:
+                        return await self._chain(chain)
+                    finally:
+                        flusher.cancel()
                 finally:
                     beat.cancel()
-                    flusher.cancel()
-        except* LeaseLost as group_error:
-            raise group_error.exceptions[0] from None
+        except* LeaseLost as lost:
+            raise lost.exceptions[0] from None
+        except* Exception as failed:  # one cause, not "unhandled errors in a TaskGroup"
+            raise failed.exceptions[0] from None
 
     async def _chain(self, chain: _Chain) -> ProgressCard | None:
         """Run turns until the analysis ends; the final card, or None to leave it live."""
-        inputs = [_task(chain.job.event), *await self._take_inbox(chain.job.session_id)]
+        session = chain.job.session_id
+        inputs = [_task(chain.job.event), *await self._take_inbox(session)]
         while True:
+            checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
             chain.turns += 1
-            if chain.turns > self._options.max_turns:
-                return chain.tracker.final(CardStatus.FAILED, error="too many turns")
             chain.tracker.begin_turn(chain.turn_id)
-            outcome = await self._run_turn(chain, inputs)
+            outcome = chain.unsettled = await self._run_turn(chain, inputs)
             follow_up = await self._next_inputs(chain, outcome)
+            if follow_up is not None and chain.turns >= self._options.max_turns:
+                await self._settle_or_lose(outcome, chain.lease)
+                return chain.tracker.final(CardStatus.FAILED, error="too many turns")
             if follow_up is None:
                 await self._settle_or_lose(outcome, chain.lease)
                 return self._final(chain, outcome)
             next_turn = f"{chain.job.turn_id}.{chain.turns}"
-            await self._open_turn(chain.job.session_id, next_turn)  # a stop now reaches it
+            chain.opened.append(next_turn)
+            # Opened before this turn settles, so a stop from now on tombstones it; a stop
+            # that came earlier tombstoned this turn, and is carried over to the next.
+            await self._open_turn(session, chain.turn_id, next_turn)
             await self._settle_or_lose(outcome, chain.lease)
             chain.turn_id, inputs = next_turn, follow_up
 
@@ -200,6 +239,8 @@ class Actor:
                 return tracker.final(CardStatus.ANSWERED, answer=answer)
             case Stopped(by=by):
                 return tracker.final(CardStatus.STOPPED, by=by)
+            case Cancelled(by=by) if chain.turns > 1:
+                return tracker.final(CardStatus.STOPPED, by=by)  # stopped between two turns
             case Cancelled(by=by):
                 return tracker.final(CardStatus.CANCELLED, by=by)
             case Failed(error=error):
@@ -213,12 +254,18 @@ class Actor:
         if await self._settle.settle(outcome, lease) is Settled.FENCED:
             raise LeaseLost(f"settle of {outcome.diagnostics.turn_id} fenced")
 
-    async def _settle_failure(self, chain: _Chain, exc: BaseException) -> None:
-        outcome = RunOutcome(
-            result=Failed(_short(exc)),
-            diagnostics=RunDiagnostics(session_id=chain.job.session_id, turn_id=chain.turn_id),
-        )
-        await self._settle.settle(outcome, chain.lease)
+    async def _settle_unfinished(self, chain: _Chain, error: str) -> None:
+        """Settle every turn of the chain not settled yet (settles are NX).
+
+        The last run is settled with its own outcome, the others (not run, or cut short) as
+        failed.
+        """
+        if chain.unsettled is not None:
+            await self._settle.settle(chain.unsettled, chain.lease)
+        for turn_id in (chain.job.turn_id, *chain.opened, chain.turn_id):
+            diagnostics = RunDiagnostics(session_id=chain.job.session_id, turn_id=turn_id)
+            outcome = RunOutcome(result=Failed(error), diagnostics=diagnostics)
+            await self._settle.settle(outcome, chain.lease)
 
     async def _shielded(self, work: Coroutine[Any, Any, object]) -> None:
         """Run cleanup that must happen, shielded from cancellation and time-bounded."""
@@ -237,9 +284,19 @@ class Actor:
         with map_redis_errors("read tombstone"):
             return bool(await self._redis.exists(key))
 
-    async def _open_turn(self, session_id: str, turn_id: str) -> None:
+    async def _open_turn(self, session_id: str, current: str, next_turn: str) -> None:
+        """Open a follow-up turn (the reaper knows it as one), carrying a stop over to it."""
+        k = self._keys
         with map_redis_errors("open turn"):
-            await self._redis.sadd(self._keys.open_turns(session_id), turn_id)
+            await self._open(
+                keys=[
+                    k.open_turns(session_id),
+                    k.followups(session_id),
+                    k.session.tombstone(session_id, current),
+                    k.session.tombstone(session_id, next_turn),
+                ],
+                args=[next_turn, TOMBSTONE_TTL_S],
+            )
 
     async def _peek_steers(self, session_id: str) -> list[tuple[str, str]]:
         with map_redis_errors("read steers"):

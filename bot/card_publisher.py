@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from agent_core.errors import AgentError
+from agent_core.interrupts import checkpoint
 from agent_core.store import map_redis_errors
 from bot.keys import BotKeys
 from bot.platform import (
@@ -72,17 +74,26 @@ redis.call('HSET', KEYS[1], 'delivered', 'sending:' .. now)
 return 1
 """
 
-# KEYS: card record, lease, undelivered-finals index. ARGV: session.
-# The reaper's finalization: only while no lease is held, only a live card. Returns the card
-# JSON it must now show as interrupted, or '' when there is nothing to do.
+# KEYS: card record, lease, undelivered-finals index. ARGV: session, final state, the sequence
+# number it was built from. The reaper's finalization: only while no lease is held, only a live
+# card, and only if nobody wrote the card since it was read. 1 when done.
 _ABANDON = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return '' end
-if redis.call('HGET', KEYS[1], 'final') ~= '0' then return '' end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('HGET', KEYS[1], 'final') ~= '0' then return 0 end
+if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[3] then return 0 end
 local now = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'final', '1', 'delivered', 'sending:' .. now[1])
+redis.call('HSET', KEYS[1], 'final', '1', 'delivered', 'sending:' .. now[1], 'state', ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('SADD', KEYS[3], ARGV[1])
-return redis.call('HGET', KEYS[1], 'state') or ''
+return 1
+"""
+
+
+# KEYS: card record. Gives a failed delivery back, so the next sweep retries it at once.
+_DROP_DELIVERY = """
+local state = redis.call('HGET', KEYS[1], 'delivered')
+if state and string.match(state, '^sending:') then redis.call('HSET', KEYS[1], 'delivered', '0') end
+return 1
 """
 
 # KEYS: card record, lease. ARGV: token, platform, channel, thread, ttl.
@@ -136,6 +147,7 @@ class CardRecord:
         self._attach = redis.register_script(_ATTACH)
         self._abandon = redis.register_script(_ABANDON)
         self._take_delivery = redis.register_script(_TAKE_DELIVERY)
+        self._drop_delivery = redis.register_script(_DROP_DELIVERY)
 
     async def attach(self, token: int, target: CardTarget) -> str:
         """Become the card's writer; the live card's message id, or '' to post a new one."""
@@ -155,23 +167,28 @@ class CardRecord:
             )
         return int(seq)
 
-    async def abandon(self) -> str:
-        """Finalize a card whose lease expired (the reaper): its last state's JSON, or ''."""
+    async def abandon(self, final: ProgressCard, seq: str) -> bool:
+        """Record `final` for a card whose lease expired (the reaper); False if not to be done.
+
+        `seq` is the record's sequence number when `final` was built from its state: a write
+        since then (a worker came back) wins.
+        """
         with map_redis_errors("abandon card"):
-            raw = await self._abandon(
-                keys=[self._key, self._lease_key, self._undelivered], args=[self.session_id]
+            done = await self._abandon(
+                keys=[self._key, self._lease_key, self._undelivered],
+                args=[self.session_id, final.to_json(), seq],
             )
-        return _text(raw)
+        return bool(done)
 
     async def take_delivery(self, stale_s: float = DELIVERY_STALE_S) -> bool:
         """Take the delivery of the recorded final state, unless another is sending it."""
         with map_redis_errors("take card delivery"):
             return bool(await self._take_delivery(keys=[self._key], args=[int(stale_s)]))
 
-    async def set_state(self, card: ProgressCard) -> None:
-        """Store the final state the reaper decided (after `abandon`)."""
-        with map_redis_errors("record card"):
-            await self._redis.hset(self._key, "state", card.to_json())
+    async def drop_delivery(self) -> None:
+        """Give up delivering the recorded final for now (a reaper sweep will retry it)."""
+        with map_redis_errors("drop card delivery"):
+            await self._drop_delivery(keys=[self._key])
 
     async def set_message(self, message_id: str) -> None:
         """Record where the card was posted."""
@@ -211,6 +228,7 @@ class CardPublisher:
         self._options = options or PublisherOptions()
         self._ref: CardRef | None = None
         self._desired: ProgressCard | None = None
+        self._claimed: ProgressCard | None = None
         self._changed = asyncio.Event()
         self._last_sent = float("-inf")
         self._status_at = float("-inf")
@@ -225,6 +243,7 @@ class CardPublisher:
 
     async def open(self, card: ProgressCard) -> None:
         """Post the card (or attach to the analysis's live card) and show `card` on it."""
+        await self._deliver_leftover()
         message_id = await self._record.attach(self._token, self._target)
         if message_id:
             self._ref = CardRef(self._target.platform, self._target.channel, message_id)
@@ -240,6 +259,7 @@ class CardPublisher:
     async def run(self) -> None:
         """Send changes as they come, paced, until cancelled (the final goes via `finish`)."""
         while True:
+            checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
             wait = self._options.status_refresh_s
             try:
                 async with asyncio.timeout(wait):
@@ -269,32 +289,50 @@ class CardPublisher:
         except TimeoutError:
             log.warning("final card of %s not delivered yet: left to the reaper", card.turn_id)
         finally:
+            if not delivered and self._claimed is card:
+                await self._hand_over()
             await self._clear_status()
         return delivered
 
+    async def _hand_over(self) -> None:
+        try:
+            await self._record.drop_delivery()
+        except AgentError as exc:
+            log.warning("final card left to the reaper's stale-delivery check: %s", exc)
+
     async def _flush(self) -> bool:
-        """Send the latest state, retrying throttles and outages. True when it was shown."""
+        """Send the latest state, retrying throttles and outages. True when it was shown.
+
+        Each state is claimed in the card record once (the fence), then delivered until the
+        platform takes it, is refused for good, or a newer live state replaces it.
+        """
         while True:
+            checkpoint()
             card = self._desired
             if card is None:
                 return True
             self._changed.clear()
             try:
-                return await self._send(card)
+                if card is not self._claimed:
+                    if not await self._record.claim(self._token, card):
+                        log.info("card update for %s refused by the fence", card.turn_id)
+                        return False
+                    self._claimed = card
+                await self._send(card)
+                return True
             except PlatformRateLimited as exc:
                 await asyncio.sleep(exc.retry_after_s)
             except PlatformUnavailable as exc:
                 log.info("card update failed (%s); retrying", exc)
                 await asyncio.sleep(self._options.retry_s)
-            except PlatformError as exc:
-                log.warning("card update refused: %s", exc)
+            except (PlatformError, AgentError) as exc:
+                log.warning("card update not made: %s", exc)
                 return False
-            # waited: loop and send the latest state (a newer one may have arrived meanwhile)
+            except Exception:  # a card that cannot be shown must never end the analysis
+                log.exception("card update failed unexpectedly")
+                return False
 
-    async def _send(self, card: ProgressCard) -> bool:
-        if not await self._record.claim(self._token, card):
-            log.info("card update for %s refused by the fence", card.turn_id)
-            return False
+    async def _send(self, card: ProgressCard) -> None:
         await self._deliver(card)
         self._last_sent = time.monotonic()
         self.sent += 1
@@ -302,7 +340,6 @@ class CardPublisher:
             await self._record.mark_delivered()
         else:
             await self._heal()
-        return True
 
     async def _deliver(self, card: ProgressCard) -> None:
         if self._ref is not None:
@@ -320,10 +357,32 @@ class CardPublisher:
     async def _heal(self) -> None:
         """After a live update: if a final (or a newer writer) landed meanwhile, re-send it."""
         stored = await self._record.read()
-        if stored.get("final") == "1" or int(stored.get("token", "0")) > self._token:
+        raced = stored.get("final") == "1" or int(stored.get("token") or "0") > self._token
+        if raced and stored.get("state") and self._ref is not None:
             final = ProgressCard.from_json(stored["state"])
-            if final.is_final and self._ref is not None:
+            if final.is_final:
                 await self._platform.update_card(self._ref, final)
+
+    async def _deliver_leftover(self) -> None:
+        """Show a previous analysis's final state that its worker could not deliver.
+
+        Attaching starts a new record for the session; without this, a final recorded during a
+        platform outage would be forgotten with the old record (the reaper delivers it later
+        otherwise). Best effort: a failure here is logged, and the new analysis goes on.
+        """
+        try:
+            fields = await self._record.read()
+            if fields.get("final") != "1" or fields.get("delivered") == "1":
+                return
+            if not fields.get("state") or not fields.get("message_id"):
+                return
+            if not await self._record.take_delivery(stale_s=0):
+                return
+            ref = CardRef(self._target.platform, fields.get("channel", ""), fields["message_id"])
+            await self._platform.update_card(ref, ProgressCard.from_json(fields["state"]))
+            await self._record.mark_delivered()
+        except Exception as exc:
+            log.warning("a previous final card could not be delivered: %s", exc)
 
     async def _refresh_status(self, card: ProgressCard, *, force: bool = False) -> None:
         if card.is_final:
@@ -337,6 +396,10 @@ class CardPublisher:
             self._status_at, self._status_shown = now, True
         except PlatformError as exc:
             log.info("status line not set: %s", exc)
+
+    async def clear_status(self) -> None:
+        """Clear the status line (every exit path of an analysis ends with this)."""
+        await self._clear_status()
 
     async def _clear_status(self) -> None:
         if not self._status_shown:

@@ -53,6 +53,13 @@ class BotKeys:
         """
         return f"{self.session.session_prefix(session_id)}:live"
 
+    def followups(self, session_id: str) -> str:
+        """Set of turns a chain created itself (redirects, remedies).
+
+        They are never in the stream, so the reaper settles them when their worker is gone.
+        """
+        return f"{self.session.session_prefix(session_id)}:followups"
+
     def fence(self, session_id: str) -> str:
         """Counter of the session's fencing tokens: every lease taken gets a larger one."""
         return f"{self.session.session_prefix(session_id)}:fence"

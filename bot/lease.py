@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from agent_core.interrupts import WATCH_BLOCK_S
+from agent_core.errors import StoreError
+from agent_core.interrupts import WATCH_BLOCK_S, checkpoint
 from agent_core.store import map_redis_errors
 from bot.keys import BotKeys
 
@@ -72,6 +73,14 @@ return 0
 """
 
 
+# KEYS: lease, leases index. ARGV: session. Drops the index entry only while no lease is held
+# (a lease taken again in the meantime keeps its entry).
+_FORGET = """
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) end
+return 1
+"""
+
+
 class LeaseLost(Exception):
     """The lease expired or was taken over: the holder must stop writing for the session."""
 
@@ -96,6 +105,7 @@ class Leases:
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
+        self._forget = redis.register_script(_FORGET)
 
     @property
     def _ttl_ms(self) -> int:
@@ -115,6 +125,7 @@ class Leases:
         """Take the session's lease, waiting (woken by its release) while another holds it."""
         free = self._keys.lease_free(session_id)
         while True:
+            checkpoint()
             lease = await self.try_acquire(session_id, worker, turn_id)
             if lease is not None:
                 return lease
@@ -148,14 +159,22 @@ class Leases:
         """Renew every third of the TTL until cancelled; raises `LeaseLost` when taken over.
 
         `current_turn` is asked at each beat, so a chain of turns keeps the lease naming the
-        one that runs.
+        one that runs. A Redis error is not a loss: the lease is still ours until its TTL runs
+        out, so beats are retried until then (a blip must not fail an analysis).
         """
         interval = self.ttl_s / 3
-        deadline = time.monotonic() + interval
+        renewed = time.monotonic()
         while True:
-            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
-            deadline += interval
-            await self.renew(lease, current_turn())
+            checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
+            await asyncio.sleep(max(0.0, renewed + interval - time.monotonic()))
+            try:
+                await self.renew(lease, current_turn())
+                renewed = time.monotonic()
+            except StoreError as exc:
+                if time.monotonic() - renewed >= self.ttl_s:
+                    raise LeaseLost(f"lease of {lease.session_id} not renewed: {exc}") from exc
+                log.warning("lease renewal failed (%s); retrying", exc)
+                await asyncio.sleep(min(interval, 0.2))
 
     async def expired(self, now_ms: int, limit: int = 100) -> list[str]:
         """Sessions whose lease expired before `now_ms` (the reaper's work list)."""
@@ -167,9 +186,4 @@ class Leases:
         """Drop an expired lease from the index (once the reaper has dealt with it)."""
         k = self._keys
         with map_redis_errors("forget lease"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.exists(k.live_turn(session_id))
-                pipe.zscore(k.leases, session_id)
-                alive, _ = await pipe.execute()
-            if not alive:
-                await self._redis.zrem(k.leases, session_id)
+            await self._forget(keys=[k.live_turn(session_id), k.leases], args=[session_id])

@@ -81,10 +81,13 @@ class CardTracker:
         """Calls started and not answered yet."""
         return len(self._running)
 
-    def _set(self, **changes: object) -> ProgressCard:
-        self._card = self._card.evolve(elapsed_s=self._clock() - self._started, **changes)
+    def _show(self, card: ProgressCard) -> ProgressCard:
+        self._card = card.evolve(elapsed_s=self._clock() - self._started)
         self._on_change(self._card)
         return self._card
+
+    def _set(self, **changes: object) -> ProgressCard:
+        return self._show(self._card.evolve(**changes))
 
     def begin_turn(self, turn_id: str) -> None:
         """A (next) turn of the chain starts: the Stop button names it."""
@@ -131,16 +134,10 @@ class CardTracker:
     def final(
         self, status: CardStatus, *, answer: str = "", error: str = "", by: str = ""
     ) -> ProgressCard:
-        """The card's last state (no Stop button)."""
-        assert status.is_final
+        """The card's last state (no Stop button; steps still running end interrupted)."""
         interventions = self._card.interventions
         stopped = any(i.kind is InterventionKind.STOP for i in interventions)
         if status is CardStatus.STOPPED and by and not stopped:
             interventions = (*interventions, Intervention(kind=InterventionKind.STOP, by=by))
-        return self._set(
-            status=status,
-            answer=answer,
-            error=error,
-            pending_calls=0,
-            interventions=interventions,
-        )
+        ended = self._card.ended(status, answer=answer, error=error, interventions=interventions)
+        return self._show(ended)

@@ -71,31 +71,60 @@ class Reaper:
         self._platforms = platforms
 
     async def sweep(self, now_ms: int | None = None) -> SweepReport:
-        """One pass over expired leases and undelivered finals."""
+        """One pass over expired leases and undelivered finals.
+
+        Each session is handled on its own: a failure is logged and retried by the next sweep,
+        and never keeps the other sessions waiting.
+        """
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        interrupted = 0
+        interrupted = delivered = 0
         for session in await self._leases.expired(now_ms):
-            interrupted += await self._abandon(session)
-            await self._leases.forget(session)
-        delivered = 0
+            try:
+                interrupted += await self._reap(session)
+            except Exception:
+                log.exception("reaping %s failed; the next sweep retries", session)
         with map_redis_errors("read undelivered cards"):
             pending = await self._redis.smembers(self._keys.undelivered_cards)
         for raw in pending:
             session = raw.decode() if isinstance(raw, bytes) else str(raw)
-            delivered += await self._deliver(session)
+            try:
+                delivered += await self._deliver(session)
+            except Exception:
+                log.exception("delivering the card of %s failed; the next sweep retries", session)
         return SweepReport(interrupted=interrupted, delivered=delivered)
 
-    async def _abandon(self, session_id: str) -> int:
+    async def _reap(self, session_id: str) -> int:
+        """Finalize, settle, deliver, forget: each step idempotent, the last one last."""
         record = CardRecord(self._redis, self._keys, session_id)
-        state = await record.abandon()
-        if not state:
-            return 0
-        card = ProgressCard.from_json(state).evolve(status=CardStatus.INTERRUPTED, pending_calls=0)
-        await record.set_state(card)
-        log.warning("turn %s of %s lost its worker: card interrupted", card.turn_id, session_id)
-        await self._deliver(session_id, stale_s=0)  # ours now; a failure is retried later
-        await self._settle_interrupted(session_id, card.turn_id)
-        return 1
+        fields = await record.read()
+        interrupted = 0
+        if fields.get("final") == "0" and fields.get("state"):
+            card = ProgressCard.from_json(fields["state"]).ended(CardStatus.INTERRUPTED)
+            if await record.abandon(card, fields.get("seq", "0")):
+                log.warning("turn %s of %s lost its worker: interrupted", card.turn_id, session_id)
+                interrupted = 1
+        await self._deliver(session_id, stale_s=0 if interrupted else DELIVERY_STALE_S)
+        await self._settle_claimed(session_id)  # after the card: the settle is the last word
+        await self._leases.forget(session_id)
+        return interrupted
+
+    async def _settle_claimed(self, session_id: str) -> None:
+        """Settle every open turn the dead worker had claimed: begun, or a follow-up it made.
+
+        A turn that never began is left alone: it is still in the stream for a worker to take.
+        """
+        k = self._keys
+        with map_redis_errors("read open turns"):
+            open_turns = await self._redis.smembers(k.open_turns(session_id))
+        for raw in open_turns:
+            turn = raw.decode() if isinstance(raw, bytes) else str(raw)
+            with map_redis_errors("read turn"):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.exists(k.session.begun(session_id, turn))
+                    pipe.sismember(k.followups(session_id), turn)
+                    begun, followup = await pipe.execute()
+            if begun or followup:
+                await self._settle_interrupted(session_id, turn)
 
     async def _settle_interrupted(self, session_id: str, turn_id: str) -> None:
         now = datetime.now(UTC)
@@ -129,8 +158,14 @@ class Reaper:
             await self._show(platform, fields, card, record)
         except PlatformError as exc:
             log.warning("final card of %s not delivered yet: %s", session_id, exc)
+            await record.drop_delivery()
             return 0
         await record.mark_delivered()
+        target = CardTarget(Platform(kind), fields.get("channel", ""), fields.get("thread", ""))
+        try:  # the dead worker's status line, if any (Slack clears it after 2 minutes anyway)
+            await platform.set_status(target, "")
+        except PlatformError as exc:
+            log.info("status line of %s not cleared: %s", session_id, exc)
         return 1
 
     async def _show(

@@ -25,12 +25,13 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from agent_core import HostAllowlist, Runtime, StoreError, Toolset, http_get_tool
+from agent_core.interrupts import checkpoint
 from agent_core.store import map_redis_errors
 from bot.actor import Actor, ActorOptions
 from bot.errors import BotConfigError
 from bot.events import Platform
 from bot.keys import BotKeys
-from bot.lease import Leases
+from bot.lease import Lease, Leases
 from bot.model import build_chat_model
 from bot.platform import ChatPlatform
 from bot.queue import Queue, TurnJob
@@ -41,6 +42,7 @@ __all__ = ["Worker", "WorkerOptions", "open_worker", "platforms_from", "pricing_
 
 log = logging.getLogger(__name__)
 
+RELEASE_TIMEOUT_S = 5.0
 INSTRUCTIONS = (
     "You are chatops, an SRE assistant in an incident thread. Investigate with your tools, "
     "say what you checked, and end with a short, concrete answer. When a person corrects you, "
@@ -97,6 +99,7 @@ class Worker:
         await Queue(self._redis, self._keys).ensure_group()
         async with asyncio.TaskGroup() as group:
             while not self._stopping.is_set():
+                checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
                 await self._slots.acquire()
                 try:
                     entries = await self._read()
@@ -138,7 +141,7 @@ class Worker:
             try:
                 await self._actor.run(job, lease)
             finally:
-                await asyncio.shield(self._leases.release(lease))
+                await self._release(lease)
             await self._ack(entry_id)
             async with self._progress:
                 self.finished += 1
@@ -147,6 +150,19 @@ class Worker:
             log.exception("turn entry %s failed in the worker; left pending", entry_id)
         finally:
             self._slots.release()
+
+    async def _release(self, lease: Lease) -> None:
+        """Release the lease, shielded and bounded (an expiry frees it anyway)."""
+        release = asyncio.get_running_loop().create_task(
+            asyncio.wait_for(self._leases.release(lease), RELEASE_TIMEOUT_S)
+        )
+        try:
+            await asyncio.shield(release)
+        except asyncio.CancelledError:
+            await asyncio.wait({release})
+            raise
+        except Exception as exc:
+            log.warning("lease of %s not released (it will expire): %s", lease.session_id, exc)
 
     async def _ack(self, entry_id: str) -> None:
         k = self._keys

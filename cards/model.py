@@ -119,6 +119,15 @@ class ProgressCard:
         """Someone steered the analysis at least once."""
         return any(i.kind is InterventionKind.STEER for i in self.interventions)
 
+    def ended(self, status: CardStatus, **changes: Any) -> ProgressCard:
+        """This card in the final `status`: a step still running can no longer finish."""
+        assert status.is_final
+        steps = tuple(
+            replace(step, state=StepState.INTERRUPTED) if step.state is StepState.RUNNING else step
+            for step in self.steps
+        )
+        return replace(self, status=status, steps=steps, pending_calls=0, **changes)
+
     def evolve(self, **changes: Any) -> ProgressCard:
         """A copy with some fields changed."""
         return replace(self, **changes)

@@ -180,6 +180,8 @@ async def test_c10_two_reapers_finalize_an_abandoned_card_once(
     target = CardTarget(Platform.SLACK, sg.SLACK_CHANNEL_ID, thread)
     publisher = CardPublisher(client, CardRecord(redis_client, KEYS, session), target, lease.token)
     await publisher.open(ProgressCard(title="why?", turn_id="t9", thread=thread))
+    await redis_client.sadd(KEYS.open_turns(session), "t9")  # queued by the ingress,
+    await redis_client.set(KEYS.session.begun(session, "t9"), "1")  # begun by the runtime
     await redis_client.delete(KEYS.live_turn(session))  # the worker died; its lease expired
 
     def reaper() -> Reaper:

@@ -31,7 +31,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import lark_oapi as lark
-from cards.feishu import render_feishu
 from lark_oapi.api.im.v1 import (
     PatchMessageRequest,
     PatchMessageRequestBody,
@@ -52,6 +51,7 @@ from bot.platform import (
     PlatformUnavailable,
 )
 from bot.settings import Settings
+from cards.feishu import render_feishu
 from cards.model import ProgressCard
 
 __all__ = [
@@ -187,10 +187,13 @@ def map_feishu_errors() -> Iterator[None]:
     except (TimeoutError, OSError) as exc:
         # `requests` exceptions all derive from OSError (RequestException is an IOError).
         raise PlatformUnavailable(f"Feishu unreachable: {type(exc).__name__}: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        # lark-oapi parses every body as JSON before we see the status: a body that is not
-        # JSON comes from something in front of Feishu (a gateway's 502 page, a cut stream).
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        # lark-oapi parses every body (as UTF-8 JSON) before we see the status: a body that is
+        # not JSON comes from something in front of Feishu (a gateway's 502 page, a cut stream).
         raise PlatformUnavailable(f"Feishu answered something that is not JSON: {exc}") from exc
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # lark-oapi's unmarshalling of an answer of unexpected shape
+        raise PlatformUnavailable(f"Feishu answer not understood: {exc!r}") from exc
 
 
 def check_response(response: Any) -> None:
