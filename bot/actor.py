@@ -127,7 +127,14 @@ class Actor:
         self._open = redis.register_script(_OPEN_TURN)
 
     async def run(self, job: TurnJob, lease: Lease) -> None:
-        """Run the analysis `job` starts, holding `lease`; settle and finalize its card."""
+        """Run the analysis `job` starts, holding `lease`; settle and finalize its card.
+
+        A job taken over from a dead worker runs again from its turn, on the same card (its
+        closed history holds every batch that finished); one already settled with its card
+        final has nothing left to do.
+        """
+        if await self._finished(job):
+            return
         if await self._tombstoned(job):
             outcome = await self._runtime.run(
                 TurnRequest(session_id=job.session_id, turn_id=job.turn_id)
@@ -278,6 +285,12 @@ class Actor:
             raise
         except Exception:
             log.exception("cleanup failed")
+
+    async def _finished(self, job: TurnJob) -> bool:
+        if await self._settle.record(job.session_id, job.turn_id) is None:
+            return False
+        card = await CardRecord(self._redis, self._keys, job.session_id).read()
+        return card.get("final") != "0"
 
     async def _tombstoned(self, job: TurnJob) -> bool:
         key = self._keys.session.tombstone(job.session_id, job.turn_id)

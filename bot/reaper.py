@@ -11,8 +11,10 @@ lease index (`BotKeys.leases`, scored by expiry) still names the session. Each s
    worker's last update, or step 1 itself).
 
 Every step is idempotent, so two reapers (or one that crashed half-way) finish the same work
-without doing it twice (RELIABILITY C10). A card is therefore final at the latest one lease TTL
-plus one sweep interval after its worker's last heartbeat (C3).
+without doing it twice (RELIABILITY C10). A turn whose lease expired is first left to the
+workers for `RESUME_GRACE_S` (one of them reclaims and resumes it on the same card, C4); a card
+is therefore final at the latest one lease TTL plus that grace plus one sweep interval after its
+worker's last heartbeat (C3).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ __all__ = ["INTERRUPTED_ERROR", "Reaper", "SweepReport"]
 log = logging.getLogger(__name__)
 
 INTERRUPTED_ERROR = "interrupted: the worker running this turn stopped (lease expired)"
+RESUME_GRACE_S = 5.0
+"""How long after a lease expired the reaper waits: an idle worker reclaims the turn and
+resumes it on the same card within about that long (a worker polls every 2 s), and only a turn
+nobody resumed is finalized as interrupted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +69,10 @@ class Reaper:
         leases: Leases,
         settle: SettleWriter,
         platforms: Mapping[Platform, ChatPlatform],
+        grace_s: float = RESUME_GRACE_S,
     ) -> None:
         self._redis = redis
+        self._grace_ms = int(grace_s * 1000)
         self._keys = keys
         self._leases = leases
         self._settle = settle
@@ -78,7 +86,7 @@ class Reaper:
         """
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         interrupted = delivered = 0
-        for session in await self._leases.expired(now_ms):
+        for session in await self._leases.expired(now_ms - self._grace_ms):
             try:
                 interrupted += await self._reap(session)
             except Exception:

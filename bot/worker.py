@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -81,6 +82,7 @@ class Worker:
         self._options = options or WorkerOptions()
         self._stopping = asyncio.Event()
         self._slots = asyncio.Semaphore(self._options.concurrency)
+        self._reclaimed_at = float("-inf")
         self.finished = 0
         """Jobs acknowledged, for tests and metrics."""
         self._progress = asyncio.Condition()
@@ -110,11 +112,41 @@ class Worker:
                 except BaseException:
                     self._slots.release()
                     raise
+                reclaimed = False
+                if not entries:
+                    entries, reclaimed = await self._reclaim(), True
                 if not entries:
                     self._slots.release()
                     continue
                 entry_id, fields = entries[0]
-                group.create_task(self._handle(entry_id, fields))
+                group.create_task(self._handle(entry_id, fields, reclaimed=reclaimed))
+
+    async def _reclaim(self) -> list[tuple[str, dict[bytes, bytes]]]:
+        """Take over an entry another worker left pending longer than a lease lasts.
+
+        Only while idle, and at most once per lease TTL. The entry's session lease decides
+        whether it is really abandoned (see `_handle`); an entry of a live analysis goes back
+        untouched, to be looked at again one TTL later.
+        """
+        now = time.monotonic()
+        if now - self._reclaimed_at < self._leases.ttl_s:
+            return []
+        self._reclaimed_at = now
+        k = self._keys
+        try:
+            with map_redis_errors("reclaim turns"):
+                reply: Any = await self._redis.xautoclaim(
+                    k.turns_stream,
+                    k.turns_group,
+                    self.name,
+                    min_idle_time=int(self._leases.ttl_s * 1000),
+                    start_id="0-0",
+                    count=1,
+                )
+        except StoreError as exc:
+            log.warning("cannot reclaim turns (%s)", exc)
+            return []
+        return [(_text(entry_id), dict(fields)) for entry_id, fields in reply[1] if fields]
 
     async def _read(self) -> list[tuple[str, dict[bytes, bytes]]]:
         k = self._keys
@@ -131,13 +163,23 @@ class Worker:
             entries.extend((_text(entry_id), dict(fields)) for entry_id, fields in items)
         return entries
 
-    async def _handle(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
+    async def _handle(
+        self, entry_id: str, fields: dict[bytes, bytes], *, reclaimed: bool = False
+    ) -> None:
         try:
             job = _job_of(entry_id, fields)
             if job is None:
                 await self._ack(entry_id)  # a poison entry: retrying cannot help
                 return
-            lease = await self._leases.acquire(job.session_id, self.name, job.turn_id)
+            if reclaimed:
+                lease = await self._leases.try_acquire(job.session_id, self.name, job.turn_id)
+                if lease is None or not await self._still_pending(entry_id):
+                    if lease is not None:
+                        await self._release(lease)
+                    return  # its worker is alive (or just finished): not ours to run
+                log.warning("resuming turn %s, abandoned by its worker", job.turn_id)
+            else:
+                lease = await self._leases.acquire(job.session_id, self.name, job.turn_id)
             try:
                 await self._actor.run(job, lease)
             finally:
@@ -150,6 +192,14 @@ class Worker:
             log.exception("turn entry %s failed in the worker; left pending", entry_id)
         finally:
             self._slots.release()
+
+    async def _still_pending(self, entry_id: str) -> bool:
+        k = self._keys
+        with map_redis_errors("read pending turns"):
+            pending = await self._redis.xpending_range(
+                k.turns_stream, k.turns_group, min=entry_id, max=entry_id, count=1
+            )
+        return bool(pending)
 
     async def _release(self, lease: Lease) -> None:
         """Release the lease, shielded and bounded (an expiry frees it anyway)."""

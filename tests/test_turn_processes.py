@@ -11,6 +11,7 @@ Marked slow: each test starts processes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 from collections.abc import AsyncIterator
@@ -38,6 +39,7 @@ SECRET = "process-signing-secret-0000000000"
 ENCRYPT_KEY = "process-encrypt-key-0123456789"
 TOKEN = "process-verification-token"
 KEYS = BotKeys()
+BLOCK_MS = 2000
 
 
 @pytest.fixture
@@ -69,11 +71,12 @@ class Deployment:
         self.http = httpx.AsyncClient(timeout=10)
         self._seen = "0-0"
 
-    async def start(self, *, scheduler_interval: float | None = None) -> None:
+    async def start(self, *, scheduler_interval: float | None = None, workers: int = 1) -> None:
         serve, self.base = await Chatops.serve(self.env)
         self.processes.append(serve)
-        self.worker = await Chatops.worker(self.env)
-        self.processes.append(self.worker)
+        self.workers = [await Chatops.worker(self.env) for _ in range(workers)]
+        self.worker = self.workers[0]
+        self.processes.extend(self.workers)
         if scheduler_interval is not None:
             self.processes.append(await Chatops.scheduler(self.env, scheduler_interval))
 
@@ -94,20 +97,24 @@ class Deployment:
         response = await self.http.post(f"{self.base}{path}", content=body, headers=headers)
         assert response.status_code == 200, response.text
 
-    async def next_settle(self, timeout_s: float = 20.0) -> SettleRecord:
-        """The next settle written to the book (blocking read, no polling)."""
-        reply: Any = await self.redis.xread(
-            {KEYS.book(Book.SETTLES): self._seen}, count=1, block=int(timeout_s * 1000)
-        )
-        assert reply, "no settle within the timeout:\n" + "\n".join(p.log for p in self.processes)
+    async def next_settle(self, timeout_s: float = 30.0) -> SettleRecord:
+        """The next settle written to the book (blocking reads, no polling)."""
+        async with asyncio.timeout(timeout_s):
+            while True:  # each read blocks under redis-py's 5 s socket timeout
+                reply: Any = await self.redis.xread(
+                    {KEYS.book(Book.SETTLES): self._seen}, count=1, block=BLOCK_MS
+                )
+                if reply:
+                    break
         entry_id, fields = reply[0][1][0]
         self._seen = entry_id.decode()
         return SettleRecord.model_validate_json(fields[b"record"])
 
-    async def released(self, session: str, timeout_s: float = 20.0) -> None:
+    async def released(self, session: str, timeout_s: float = 30.0) -> None:
         """Wait for the worker to release the session's lease: the card is final by then."""
-        rung = await self.redis.blpop([KEYS.lease_free(session)], timeout=timeout_s)
-        assert rung is not None, "lease not released:\n" + "\n".join(p.log for p in self.processes)
+        async with asyncio.timeout(timeout_s):
+            while not await self.redis.blpop([KEYS.lease_free(session)], timeout=BLOCK_MS / 1000):
+                pass
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -278,3 +285,26 @@ async def test_c3_a_killed_worker_leaves_no_card_in_progress(
     final = final_card(slack_api, thread)
     assert not stop_buttons(final) and "Interrupted" in card_text(final)
     assert not await deployment.redis.exists(KEYS.live_turn(slack_session(thread)))
+
+
+async def test_c4_a_killed_workers_turn_resumes_on_another_worker_on_the_same_card(
+    deployment, fake_llm, slack_api, slow_service
+) -> None:
+    fake_llm.script(
+        fp.ToolCallsReply([probe(slow_service, "forever")]),
+        fp.TextReply("Resumed: the gateway is dropping connections."),
+    )
+    await deployment.start(scheduler_interval=0.5, workers=2)
+    thread = sg.slack_ts()
+    await deployment.slack(sg.slack_app_mention(ts=thread))
+    await slow_service.wait_for_hits(1)
+    holder = (await deployment.redis.get(KEYS.live_turn(slack_session(thread)))).decode()
+    running = next(w for w in deployment.workers if holder.split("|")[1] in w.log)
+    running.signal(signal.SIGKILL)
+
+    settled = await deployment.next_settle()  # the other worker's, before the reaper's grace
+    assert settled.reason == "completed", settled
+    await deployment.released(slack_session(thread))
+    assert len(cards_in(slack_api, thread)) == 1  # the same card, not a second one
+    final = final_card(slack_api, thread)
+    assert "Resumed: the gateway" in card_text(final) and not stop_buttons(final)
