@@ -208,8 +208,23 @@ def _routes(app: FastAPI) -> None:
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
         ingress: Ingress = request.app.state.ingress
+        await _observe_analyses(ingress)
         body, content_type = ingress.metrics.render()
         return PlainTextResponse(body, media_type=content_type)
+
+
+async def _observe_analyses(ingress: Ingress) -> None:
+    """Set the oldest-live-analysis gauge from Redis (skipped, with a log, if Redis is slow)."""
+    try:
+        async with asyncio.timeout(1.0):
+            oldest = await ingress.redis.zrange(
+                ingress.queue.keys.lease_starts, 0, 0, withscores=True
+            )
+    except (RedisError, TimeoutError) as exc:
+        log.info("oldest live analysis not read: %s", exc)
+        return
+    age = time.time() - float(oldest[0][1]) / 1000 if oldest else 0.0
+    ingress.metrics.oldest_analysis.set(max(0.0, age))
 
 
 def create_app(

@@ -78,6 +78,11 @@ class BotKeys:
         """Set of sessions whose final card state is recorded but not yet shown."""
         return f"{self.prefix}:cards:undelivered"
 
+    @property
+    def lease_starts(self) -> str:
+        """Sorted set of sessions with a live analysis, scored by when it was taken (ms)."""
+        return f"{self.prefix}:lease-starts"
+
     def card(self, session_id: str) -> str:
         """Hash of the session's progress card: where it is, its latest state, who may write."""
         return f"{self.session.session_prefix(session_id)}:card"

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 FREE_RING_TTL_S = 60
 
-# KEYS: lease, fence counter, leases index. ARGV: worker, turn, ttl ms, session.
+# KEYS: lease, fence counter, leases index, lease start times. ARGV: worker, turn, ttl ms,
+# session.
 # Returns {1, token} when taken, {0, remaining ms} when another holder has it.
 _ACQUIRE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('PTTL', KEYS[1])} end
@@ -41,6 +42,7 @@ redis.call('SET', KEYS[1], token .. '|' .. ARGV[1] .. '|' .. ARGV[2], 'PX', ARGV
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), ARGV[4])
+redis.call('ZADD', KEYS[4], 'NX', now_ms, ARGV[4])
 return {1, token}
 """
 
@@ -59,12 +61,13 @@ redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[2]), ARGV[3])
 return 1
 """
 
-# KEYS: lease, leases index, free ring. ARGV: token, session, ring ttl.
+# KEYS: lease, leases index, free ring, lease start times. ARGV: token, session, ring ttl.
 _RELEASE = """
 local held = redis.call('GET', KEYS[1])
 if held and string.match(held, '^(%d+)|') == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('ZREM', KEYS[4], ARGV[2])
   redis.call('RPUSH', KEYS[3], 'free')
   redis.call('EXPIRE', KEYS[3], ARGV[3])
   return 1
@@ -73,10 +76,13 @@ return 0
 """
 
 
-# KEYS: lease, leases index. ARGV: session. Drops the index entry only while no lease is held
-# (a lease taken again in the meantime keeps its entry).
+# KEYS: lease, leases index, lease start times. ARGV: session. Drops the index entries only
+# while no lease is held (a lease taken again in the meantime keeps its entries).
 _FORGET = """
-if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
 return 1
 """
 
@@ -116,7 +122,7 @@ class Leases:
         k = self._keys
         with map_redis_errors("acquire lease"):
             taken, value = await self._acquire(
-                keys=[k.live_turn(session_id), k.fence(session_id), k.leases],
+                keys=[k.live_turn(session_id), k.fence(session_id), k.leases, k.lease_starts],
                 args=[worker, turn_id, self._ttl_ms, session_id],
             )
         return Lease(session_id, int(value), worker) if taken else None
@@ -150,7 +156,12 @@ class Leases:
         k = self._keys
         with map_redis_errors("release lease"):
             released = await self._release(
-                keys=[k.live_turn(lease.session_id), k.leases, k.lease_free(lease.session_id)],
+                keys=[
+                    k.live_turn(lease.session_id),
+                    k.leases,
+                    k.lease_free(lease.session_id),
+                    k.lease_starts,
+                ],
                 args=[lease.token, lease.session_id, FREE_RING_TTL_S],
             )
         return bool(released)
@@ -186,4 +197,6 @@ class Leases:
         """Drop an expired lease from the index (once the reaper has dealt with it)."""
         k = self._keys
         with map_redis_errors("forget lease"):
-            await self._forget(keys=[k.live_turn(session_id), k.leases], args=[session_id])
+            await self._forget(
+                keys=[k.live_turn(session_id), k.leases, k.lease_starts], args=[session_id]
+            )

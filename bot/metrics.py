@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["IngressMetrics"]
@@ -29,6 +29,13 @@ class IngressMetrics:
         self.unavailable = Counter(
             "chatops_ingress_unavailable",
             "Events answered 503 because Redis could not take them in time",
+            registry=self.registry,
+        )
+
+        self.oldest_analysis = Gauge(
+            "chatops_oldest_live_analysis_seconds",
+            "Age of the oldest analysis a worker holds (read from Redis at scrape time); alert "
+            "when it exceeds an hour: Feishu cards cannot be updated after 14 days",
             registry=self.registry,
         )
 

@@ -1,8 +1,8 @@
 """Progress cards under faults, RELIABILITY rows C1-C10.
 
-C3 (a SIGKILLed worker) runs across processes in `test_turn_processes.py`; C4 (resuming on
-another worker) arrives with drain and reclaim; C9 is covered by C3's bound (no card outlives
-its lease by more than one sweep).
+C3 (a SIGKILLed worker) and C4 (its turn resumed on another worker, on the same card) run across
+processes in `test_turn_processes.py`. For C9, C3 bounds how long a card can stay live after its
+worker died, and the age of the oldest live analysis is exported for an alert.
 
 Why this way: a card is what people trust, so each row is checked where they would look: the
 fake Slack Web API's record of posts, updates and status lines, driven through the real ingress,
@@ -204,3 +204,19 @@ async def test_c10_two_reapers_finalize_an_abandoned_card_once(
 
 def _slack_settings(api: FakeSlackAPI) -> Settings:
     return Settings(_env_file=None, SLACK_BOT_TOKEN=api.token, SLACK_API_URL=api.base_url)
+
+
+async def test_c9_the_age_of_the_oldest_live_analysis_is_a_metric(bot, redis_client) -> None:
+    leases = Leases(redis_client, KEYS, ttl_s=30)
+    lease = await leases.try_acquire("slack-old", "w1", "t1")
+    assert lease is not None
+    two_hours_ago_ms = (await redis_client.time())[0] * 1000 - 2 * 3600 * 1000
+    await redis_client.zadd(KEYS.lease_starts, {"slack-old": two_hours_ago_ms}, xx=True)
+
+    def gauge(text: str) -> float:
+        (line,) = [x for x in text.splitlines() if x.startswith("chatops_oldest_live_analysis")]
+        return float(line.split()[-1])
+
+    assert gauge((await bot.http.get("/metrics")).text) >= 2 * 3600 - 60  # alert: > 1 h
+    await leases.release(lease)
+    assert gauge((await bot.http.get("/metrics")).text) == 0
