@@ -42,7 +42,7 @@ from agent_core import (
     UserMessage,
     load_message,
 )
-from agent_core.interrupts import TOMBSTONE_TTL_S, checkpoint
+from agent_core.interrupts import TOMBSTONE_TTL_S, Signal, TurnSignals, checkpoint
 from agent_core.loop import TurnRequest
 from agent_core.store import map_redis_errors
 from bot.card_publisher import CardPublisher, CardRecord, PublisherOptions
@@ -125,6 +125,18 @@ class Actor:
         self._platforms = platforms
         self._options = options or ActorOptions()
         self._open = redis.register_script(_OPEN_TURN)
+        self._live: dict[str, TurnSignals] = {}
+        self._draining = False
+
+    def drain(self) -> None:
+        """Ask every live turn to suspend at its next cut; later turns suspend at their first.
+
+        A drained turn is settled `drained` and handed over: a resume job for the next turn of
+        its analysis goes on the stream, for any worker, and the card stays live meanwhile.
+        """
+        self._draining = True
+        for signals in self._live.values():
+            signals.raise_local(Signal.DRAIN)
 
     async def run(self, job: TurnJob, lease: Lease) -> None:
         """Run the analysis `job` starts, holding `lease`; settle and finalize its card.
@@ -146,7 +158,9 @@ class Actor:
         target = CardTarget(event.platform, event.channel, event.thread)
         record = CardRecord(self._redis, self._keys, job.session_id)
         publisher = CardPublisher(platform, record, target, lease.token, self._options.publisher)
-        card = ProgressCard(title=event.text, turn_id=job.turn_id, thread=event.thread)
+        card = await self._card_to_continue(record, job) or ProgressCard(
+            title=event.text, turn_id=job.turn_id, thread=event.thread
+        )
         chain = _Chain(job, lease, CardTracker(card, publisher.show), job.turn_id)
         try:
             final = await self._supervised(chain, publisher)
@@ -193,7 +207,8 @@ class Actor:
     async def _chain(self, chain: _Chain) -> ProgressCard | None:
         """Run turns until the analysis ends; the final card, or None to leave it live."""
         session = chain.job.session_id
-        inputs = [_task(chain.job.event), *await self._take_inbox(session)]
+        task = [] if chain.job.resumed else [_task(chain.job.event)]
+        inputs = [*task, *await self._take_inbox(session)]
         while True:
             checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
             chain.turns += 1
@@ -203,6 +218,9 @@ class Actor:
             if follow_up is not None and chain.turns >= self._options.max_turns:
                 await self._settle_or_lose(outcome, chain.lease)
                 return chain.tracker.final(CardStatus.FAILED, error="too many turns")
+            if isinstance(outcome.result, Drained):
+                await self._hand_over(chain, outcome)
+                return None  # the card stays live: the analysis continues elsewhere
             if follow_up is None:
                 await self._settle_or_lose(outcome, chain.lease)
                 return self._final(chain, outcome)
@@ -220,7 +238,13 @@ class Actor:
         )
         signals = self._runtime.signals_for(request)
         signals.on_stop = chain.tracker.stopping
-        return await self._runtime.run(request, signals, sink=chain.tracker.sink)
+        if self._draining:
+            signals.raise_local(Signal.DRAIN)
+        self._live[chain.job.session_id] = signals
+        try:
+            return await self._runtime.run(request, signals, sink=chain.tracker.sink)
+        finally:
+            self._live.pop(chain.job.session_id, None)
 
     async def _next_inputs(self, chain: _Chain, outcome: RunOutcome) -> list[UserMessage] | None:
         """The inputs of a follow-up turn, or None when the analysis ends here."""
@@ -286,6 +310,32 @@ class Actor:
         except Exception:
             log.exception("cleanup failed")
 
+    async def _hand_over(self, chain: _Chain, outcome: RunOutcome) -> None:
+        """Settle a drained turn and queue its continuation (a new turn of the analysis)."""
+        session = chain.job.session_id
+        next_turn = f"{chain.job.turn_id}.{chain.turns}"
+        job = TurnJob(turn_id=next_turn, session_id=session, event=chain.job.event, resumed=True)
+        k = self._keys
+        with map_redis_errors("hand over"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.sadd(k.open_turns(session), next_turn)
+                pipe.xadd(k.turns_stream, {"job": job.model_dump_json()})
+                await pipe.execute()
+        await self._settle_or_lose(outcome, chain.lease)
+        log.info("turn %s drained; %s continues on another worker", chain.turn_id, next_turn)
+
+    async def _card_to_continue(self, record: CardRecord, job: TurnJob) -> ProgressCard | None:
+        """The live card of the analysis this job continues (a hand-over or a takeover)."""
+        fields = await record.read()
+        if fields.get("final") != "0" or fields.get("thread") != job.event.thread:
+            return None
+        try:
+            card = ProgressCard.from_json(fields.get("state") or "")
+        except ValueError:
+            return None
+        same_analysis = _analysis_of(card.turn_id) == _analysis_of(job.turn_id)
+        return card if same_analysis else None
+
     async def _finished(self, job: TurnJob) -> bool:
         if await self._settle.record(job.session_id, job.turn_id) is None:
             return False
@@ -336,6 +386,11 @@ def _task(event: ChatEvent) -> UserMessage:
     return UserMessage(
         content=event.text, author=event.author_name or event.author, kind=UserKind.TASK
     )
+
+
+def _analysis_of(turn_id: str) -> str:
+    """The job turn an analysis started from (follow-ups are `<job turn>.<n>`)."""
+    return turn_id.partition(".")[0]
 
 
 def _short(exc: BaseException) -> str:

@@ -50,23 +50,47 @@ def serve(
 @app.command()
 def worker(
     concurrency: int = typer.Option(8, min=1, help="Analyses this worker runs at once."),
+    grace: float = typer.Option(
+        25.0,
+        min=0.0,
+        help="On SIGTERM, seconds to wait for live turns to reach a safe point and be handed "
+        "over; whatever is still running then is left to another worker to take over.",
+    ),
 ) -> None:
-    """Run one worker: take turns from the queue, run them, keep their cards true."""
+    """Run one worker: take turns from the queue, run them, keep their cards true.
+
+    SIGTERM (or Ctrl-C) drains: no new turns are read, and each live turn suspends at its next
+    safe point and continues on another worker.
+    """
     import asyncio
+    import os
     import signal
 
     from bot.errors import BotConfigError
     from bot.settings import Settings
     from bot.worker import WorkerOptions, open_worker
 
+    def give_up() -> None:
+        # Past the grace period: leave like a crash (no half-written state: the stream entries
+        # stay pending and another worker takes them over once the leases expire).
+        typer.echo("chatops worker: grace period over; leaving the rest to other workers", err=True)
+        os._exit(3)
+
     async def main() -> None:
         options = WorkerOptions(concurrency=concurrency)
         async with open_worker(Settings(), options=options) as running:
             loop = asyncio.get_running_loop()
+
+            def drain() -> None:
+                if not running.stopping:
+                    loop.call_later(grace, give_up)
+                running.stop()
+
             for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, running.stop)
+                loop.add_signal_handler(signum, drain)
             typer.echo(f"chatops worker {running.name}: reading turns", err=True)
             await running.run()
+            typer.echo(f"chatops worker {running.name}: drained", err=True)
 
     try:
         asyncio.run(main())

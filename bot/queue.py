@@ -166,6 +166,8 @@ class TurnJob(BaseModel):
     session_id: str
     event: ChatEvent
     enqueued_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    resumed: bool = False
+    """A continuation handed over by a draining worker: the task is in the history already."""
 
 
 @dataclass(frozen=True, slots=True)

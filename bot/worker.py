@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from agent_core import HostAllowlist, Runtime, StoreError, Toolset, http_get_tool
-from agent_core.interrupts import checkpoint
+from agent_core.interrupts import checkpoint, until_set
 from agent_core.store import map_redis_errors
 from bot.actor import Actor, ActorOptions
 from bot.errors import BotConfigError
@@ -92,9 +92,19 @@ class Worker:
         async with self._progress:
             await self._progress.wait_for(lambda: self.finished >= count)
 
+    @property
+    def stopping(self) -> bool:
+        """`stop()` was called."""
+        return self._stopping.is_set()
+
     def stop(self) -> None:
-        """Stop reading new jobs; running analyses finish."""
+        """Drain: stop reading; every live turn suspends at its next cut and is handed over.
+
+        Idle, the worker returns at once (its blocking read is abandoned). Calling it again is
+        harmless: two signals are handled like one.
+        """
         self._stopping.set()
+        self._actor.drain()
 
     async def run(self) -> None:
         """Read and run jobs until `stop()`."""
@@ -104,7 +114,8 @@ class Worker:
                 checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
                 await self._slots.acquire()
                 try:
-                    entries = await self._read()
+                    read = await until_set(self._stopping, self._read())
+                    entries = read if isinstance(read, list) else []  # INTERRUPTED: stopping
                 except StoreError as exc:
                     log.warning("cannot read the turns stream (%s); retrying", exc)
                     entries = []

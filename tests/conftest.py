@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio as aioredis
 
+from tests.deployment import deploy_env, deployment  # noqa: F401
 from tests.fakes.feishu_api import _feishu_api_server, feishu_api  # noqa: F401
 from tests.fakes.openai_provider import _fake_llm_server, fake_llm  # noqa: F401
 from tests.fakes.service import slow_service  # noqa: F401
