@@ -40,6 +40,7 @@ from agent_core.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
+    ToolCall,
     ToolMessage,
     UserMessage,
 )
@@ -55,6 +56,7 @@ from agent_core.outcome import (
     Stopped,
 )
 from agent_core.repair import repair_history
+from agent_core.resume import plan_resume
 from agent_core.store import HistoryStore
 from agent_core.tools.base import Toolset
 
@@ -220,6 +222,8 @@ class Runtime:
         return None
 
     async def _loop(self, run: _Run) -> RunResult:
+        if (resumed := await self._resume(run)) is not None:
+            return resumed
         if (cut := await self._cut(run, "start")) is not None:
             return cut
         repaired_after_rejection = False
@@ -266,7 +270,43 @@ class Runtime:
             return Stopped(by=run.signals.stopped_by)
         return await self._cut(run, "batch_closed")
 
-    async def _run_batch(self, run: _Run, message: AssistantMessage) -> list[ToolMessage]:
+    async def _resume(self, run: _Run) -> RunResult | None:
+        """Close the batch a dead worker left open (see `agent_core.resume`), if any."""
+        batch, journaled = await self._store.journal(run.request.session_id, run.request.turn_id)
+        if batch is None:
+            return None
+        plan = plan_resume(batch, journaled, self._toolset)
+        run.diag.note("resume", f"{len(journaled)} kept, {plan.in_doubt} in doubt")
+        calls = tuple(FunctionCallPart(call=c) for c in batch.tool_calls)
+        await self._observe(run, RunEvent(source=EventSource.MODEL, parts=calls))
+        for result in plan.answered.values():
+            await self._observe(
+                run,
+                RunEvent(source=EventSource.TOOL, parts=(FunctionResponsePart(response=result),)),
+            )
+        rerun = await self._run_batch(run, batch, plan.rerun) if plan.rerun else []
+        by_id = {**plan.answered, **{r.call_id: r for r in rerun}}
+        results = [by_id[c.id] for c in batch.tool_calls]
+        await self._store.append_closed(
+            run.request.session_id, run.request.turn_id, [batch, *results]
+        )
+        run.history += [batch, *results]
+        run.call_ids |= {c.id for c in batch.tool_calls}
+        if run.signals.stop.is_set():
+            return Stopped(by=run.signals.stopped_by)
+        return None
+
+    async def _run_batch(
+        self,
+        run: _Run,
+        message: AssistantMessage,
+        calls: Sequence[ToolCall] | None = None,
+    ) -> list[ToolMessage]:
+        """Run `calls` (default: all of `message`'s) and return their results.
+
+        Given `calls` means a resumed batch, whose journal already holds the message and the
+        results kept.
+        """
         closed = False
 
         async def on_result(result: ToolMessage) -> None:
@@ -283,10 +323,16 @@ class Runtime:
             )
             closed = await self._observe(run, event)
 
-        await self._store.journal_batch(run.request.session_id, run.request.turn_id, message)
+        if calls is None:
+            await self._store.journal_batch(run.request.session_id, run.request.turn_id, message)
         ctx = _TurnContext(run.request.session_id, run.request.turn_id, run.signals)
         results = await run_batch(
-            message.tool_calls, self._toolset, ctx, run.signals, run.diag, on_result
+            message.tool_calls if calls is None else calls,
+            self._toolset,
+            ctx,
+            run.signals,
+            run.diag,
+            on_result,
         )
         if not closed or run.ledger.is_open:
             raise AgentError("internal: a batch ended without closing the balance")

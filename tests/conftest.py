@@ -19,6 +19,7 @@ from tests.fakes.service import slow_service  # noqa: F401
 from tests.fakes.slack_api import _slack_api_server, slack_api  # noqa: F401
 from tests.inprocess_bot import bot, bot_settings  # noqa: F401
 from tests.loopback import free_port, spawn_redis, stop_process
+from tests.runtime_fixtures import http, make_runtime  # noqa: F401
 
 __all__ = ["free_port"]
 

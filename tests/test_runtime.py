@@ -11,10 +11,9 @@ the same rules production would apply. Nothing of our own is mocked; tests wait 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import httpx
 import openai
 import pytest
 import redis.asyncio as aioredis
@@ -29,7 +28,6 @@ from agent_core import (
     HostAllowlist,
     Interruptibility,
     Keys,
-    LoopLimits,
     OpenAIChatModel,
     RunEvent,
     Runtime,
@@ -48,7 +46,6 @@ from agent_core import (
 )
 from agent_core.outcome import Awaiting
 from tests.fakes import openai_provider as fp
-from tests.fakes.service import SlowService
 
 SESSION = "incident-42"
 
@@ -81,41 +78,6 @@ class Probe:
         self.started.set()
         await self.release.wait()
         return "done"
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
-
-
-@pytest.fixture
-async def make_runtime(
-    fake_llm: fp.FakeProvider,
-    redis_client: aioredis.Redis,
-    slow_service: SlowService,
-    http: httpx.AsyncClient,
-) -> AsyncIterator[Callable[..., Runtime]]:
-    clients: list[openai.AsyncOpenAI] = []
-
-    def build(*extra: Tool, max_retries: int = 0, **limits: Any) -> Runtime:
-        client = openai.AsyncOpenAI(
-            base_url=fake_llm.base_url, api_key="test", max_retries=max_retries
-        )
-        clients.append(client)
-        allow = HostAllowlist.parse(f"127.0.0.1:{slow_service.port}")
-        toolset = Toolset.of([http_get_tool(allow, http), *extra])
-        return Runtime(
-            model=OpenAIChatModel(client, "test-model"),
-            redis=redis_client,
-            toolset=toolset,
-            instructions="You are an SRE assistant.",
-            limits=LoopLimits(**limits),
-        )
-
-    yield build
-    for client in clients:
-        await client.close()
 
 
 @pytest.fixture
