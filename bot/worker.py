@@ -226,9 +226,16 @@ class Worker:
             log.warning("lease of %s not released (it will expire): %s", lease.session_id, exc)
 
     async def _ack(self, entry_id: str) -> None:
+        """Acknowledge and delete the entry.
+
+        Done entries are not kept, so the stream holds only work not yet done (RELIABILITY Q10).
+        """
         k = self._keys
         with map_redis_errors("ack turn"):
-            await self._redis.xack(k.turns_stream, k.turns_group, entry_id)
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.xack(k.turns_stream, k.turns_group, entry_id)
+                pipe.xdel(k.turns_stream, entry_id)
+                await pipe.execute()
 
 
 def _job_of(entry_id: str, fields: dict[bytes, bytes]) -> TurnJob | None:
