@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from agent_core import HostAllowlist, Runtime, StoreError, Toolset, http_get_tool
 from agent_core.interrupts import checkpoint, until_set
@@ -39,7 +40,14 @@ from bot.queue import Queue, TurnJob
 from bot.settings import Settings
 from bot.settle import Pricing, SettleWriter
 
-__all__ = ["Worker", "WorkerOptions", "open_worker", "platforms_from", "pricing_from"]
+__all__ = [
+    "Worker",
+    "WorkerOptions",
+    "open_worker",
+    "platforms_from",
+    "pricing_from",
+    "require_durable_redis",
+]
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +258,25 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+async def require_durable_redis(redis: aioredis.Redis) -> None:
+    """Refuse a Redis without AOF: a restart would lose every queued and pending turn.
+
+    Raises:
+        BotConfigError: `appendonly` is off (or cannot be read: a managed Redis that hides
+            CONFIG must be checked by its operator, and says so by not setting production).
+    """
+    try:
+        reply: Any = await redis.config_get("appendonly")
+    except RedisError as exc:
+        raise BotConfigError(f"cannot check that Redis persists (CONFIG GET): {exc}") from exc
+    value = reply.get("appendonly") or reply.get(b"appendonly")
+    if value not in ("yes", b"yes"):
+        raise BotConfigError(
+            "CHATOPS_PRODUCTION is set but Redis runs without AOF (appendonly no): a restart "
+            "would lose queued turns; set appendonly yes and appendfsync everysec"
+        )
+
+
 def pricing_from(settings: Settings) -> Pricing:
     """The model prices the settle writer books costs with."""
     return Pricing(
@@ -299,6 +326,8 @@ async def open_worker(
             assert settings.redis_url
             redis = aioredis.Redis.from_url(settings.redis_url)
             stack.push_async_callback(redis.aclose)
+        if settings.production:
+            await require_durable_redis(redis)
         model, openai_client = build_chat_model(settings)
         stack.push_async_callback(openai_client.close)
         http = httpx.AsyncClient()

@@ -7,7 +7,11 @@ handled many signed mentions: nothing left pending, nothing left behind.
 
 from __future__ import annotations
 
+import pytest
+
+from bot.errors import BotConfigError
 from bot.keys import BotKeys
+from bot.worker import require_durable_redis
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 
@@ -24,3 +28,14 @@ async def test_q10_done_entries_leave_the_stream(bot, fake_llm, redis_client) ->
     assert await redis_client.xlen(KEYS.turns_stream) == 0
     pending = await redis_client.xpending(KEYS.turns_stream, KEYS.turns_group)
     assert pending["pending"] == 0
+
+
+async def test_q2_production_refuses_a_redis_without_aof(redis_client) -> None:
+    await redis_client.config_set("appendonly", "no")
+    with pytest.raises(BotConfigError, match="appendonly"):
+        await require_durable_redis(redis_client)
+    await redis_client.config_set("appendonly", "yes")
+    try:
+        await require_durable_redis(redis_client)  # accepted
+    finally:
+        await redis_client.config_set("appendonly", "no")
