@@ -138,6 +138,21 @@ class Actor:
         for signals in self._live.values():
             signals.raise_local(Signal.DRAIN)
 
+    async def give_up(self, job: TurnJob, lease: Lease, reason: str) -> None:
+        """End an analysis that cannot be run (a poison job): settled failed, card final."""
+        event = job.event
+        record = CardRecord(self._redis, self._keys, job.session_id)
+        target = CardTarget(event.platform, event.channel, event.thread)
+        publisher = CardPublisher(
+            self._platforms[event.platform], record, target, lease.token, self._options.publisher
+        )
+        card = await self._card_to_continue(record, job) or ProgressCard(
+            title=event.text, turn_id=job.turn_id, thread=event.thread
+        )
+        chain = _Chain(job, lease, CardTracker(card, publisher.show), job.turn_id)
+        await self._shielded(self._settle_unfinished(chain, reason))
+        await self._shielded(publisher.finish(chain.tracker.final(CardStatus.FAILED, error=reason)))
+
     async def run(self, job: TurnJob, lease: Lease) -> None:
         """Run the analysis `job` starts, holding `lease`; settle and finalize its card.
 

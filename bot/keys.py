@@ -26,6 +26,11 @@ class BotKeys:
         return f"{self.prefix}:turns"
 
     @property
+    def dead_letters(self) -> str:
+        """Stream of turn jobs set aside after killing their workers too often."""
+        return f"{self.prefix}:turns:dead"
+
+    @property
     def turns_group(self) -> str:
         """The workers' consumer group on the turns stream."""
         return "workers"

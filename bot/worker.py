@@ -52,6 +52,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RELEASE_TIMEOUT_S = 5.0
+MAX_DELIVERIES = 5
+"""A job delivered more often than this (each time its worker died) goes to the dead letters."""
 INSTRUCTIONS = (
     "You are chatops, an SRE assistant in an incident thread. Investigate with your tools, "
     "say what you checked, and end with a short, concrete answer. When a person corrects you, "
@@ -192,10 +194,14 @@ class Worker:
                 return
             if reclaimed:
                 lease = await self._leases.try_acquire(job.session_id, self.name, job.turn_id)
-                if lease is None or not await self._still_pending(entry_id):
+                deliveries = await self._deliveries(entry_id) if lease is not None else 0
+                if lease is None or not deliveries:
                     if lease is not None:
                         await self._release(lease)
                     return  # its worker is alive (or just finished): not ours to run
+                if deliveries > MAX_DELIVERIES:
+                    await self._dead_letter(entry_id, fields, job, lease, deliveries)
+                    return
                 log.warning("resuming turn %s, abandoned by its worker", job.turn_id)
             else:
                 lease = await self._leases.acquire(job.session_id, self.name, job.turn_id)
@@ -212,13 +218,40 @@ class Worker:
         finally:
             self._slots.release()
 
-    async def _still_pending(self, entry_id: str) -> bool:
+    async def _deliveries(self, entry_id: str) -> int:
+        """How many times the entry was delivered; 0 when it is no longer pending."""
         k = self._keys
         with map_redis_errors("read pending turns"):
-            pending = await self._redis.xpending_range(
+            pending: Any = await self._redis.xpending_range(
                 k.turns_stream, k.turns_group, min=entry_id, max=entry_id, count=1
             )
-        return bool(pending)
+        return int(pending[0]["times_delivered"]) if pending else 0
+
+    async def _dead_letter(
+        self,
+        entry_id: str,
+        fields: dict[bytes, bytes],
+        job: TurnJob,
+        lease: Lease,
+        deliveries: int,
+    ) -> None:
+        """Set aside a job that keeps killing its workers (RELIABILITY Q7), and say so."""
+        reason = f"could not be run: its worker stopped {deliveries - 1} times while running it"
+        log.error("turn %s dead-lettered after %d deliveries", job.turn_id, deliveries)
+        try:
+            k = self._keys
+            with map_redis_errors("dead-letter"):
+                entry: dict[Any, Any] = {**fields, b"entry": entry_id, b"deliveries": deliveries}
+                await self._redis.xadd(
+                    k.dead_letters,
+                    entry,
+                    maxlen=10_000,
+                    approximate=True,
+                )
+            await self._actor.give_up(job, lease, reason)
+            await self._ack(entry_id)
+        finally:
+            await self._release(lease)
 
     async def _release(self, lease: Lease) -> None:
         """Release the lease, shielded and bounded (an expiry frees it anyway)."""
