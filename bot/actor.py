@@ -196,6 +196,8 @@ class Actor:
             await self._shielded(self._settle_unfinished(chain, _short(exc)))
         if final is not None:
             await self._shielded(publisher.finish(final))
+        else:
+            await self._shielded(publisher.flush())  # the hand-over, said on the live card
 
     async def _supervised(self, chain: _Chain, publisher: CardPublisher) -> ProgressCard | None:
         """Run the chain with its heartbeat and card flusher alongside; both end with it.
@@ -235,6 +237,7 @@ class Actor:
                 return chain.tracker.final(CardStatus.FAILED, error="too many turns")
             if isinstance(outcome.result, Drained):
                 await self._hand_over(chain, outcome)
+                chain.tracker.handed_over()
                 return None  # the card stays live: the analysis continues elsewhere
             if follow_up is None:
                 await self._settle_or_lose(outcome, chain.lease)

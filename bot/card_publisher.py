@@ -275,6 +275,10 @@ class CardPublisher:
             if self._desired is not None:
                 await self._refresh_status(self._desired)
 
+    async def flush(self) -> bool:
+        """Send the latest state now (the flusher task is gone); True when it was shown."""
+        return await self._flush()
+
     async def finish(self, card: ProgressCard) -> bool:
         """Record and deliver the final state; clear the status line. True when delivered.
 

@@ -92,7 +92,11 @@ class CardTracker:
     def begin_turn(self, turn_id: str) -> None:
         """A (next) turn of the chain starts: the Stop button names it."""
         self._running.clear()
-        self._set(turn_id=turn_id, status=CardStatus.WORKING, pending_calls=0)
+        self._set(turn_id=turn_id, status=CardStatus.WORKING, pending_calls=0, handed_over=False)
+
+    def handed_over(self) -> None:
+        """The turn was drained: another worker continues the analysis on this card."""
+        self._set(handed_over=True)
 
     async def sink(self, event: RunEvent) -> None:
         """The runtime's event sink for the running turn."""

@@ -154,6 +154,8 @@ def status_text(card: ProgressCard, escape: Escape) -> str:
     match card.status:
         case CardStatus.QUEUED:
             return "Queued — waiting for a worker…"
+        case CardStatus.WORKING if card.handed_over:
+            return "Continuing on another worker…"
         case CardStatus.WORKING:
             return "Investigating…"
         case CardStatus.STOPPING:

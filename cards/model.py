@@ -108,6 +108,8 @@ class ProgressCard:
     """The final answer (markdown-ish plain text)."""
     error: str = ""
     """For FAILED: a short reason fit for people."""
+    handed_over: bool = False
+    """The worker running the analysis is shutting down; another one continues it."""
 
     @property
     def is_final(self) -> bool:

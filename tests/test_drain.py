@@ -51,6 +51,8 @@ async def test_sigterm_hands_a_live_turn_over_at_its_next_cut(
     assert [m["role"] for m in resumed][-2:] == ["assistant", "tool"]
     assert [m["role"] for m in resumed].count("user") == 1  # the task, once
     assert len(cards_in(slack_api, thread)) == 1
+    shown = [card_text(c) for c in slack_api.calls_to("chat.update") if c.status == 200]
+    assert any("Continuing on another worker" in text for text in shown)
     final = final_card(slack_api, thread)
     assert "Handed over" in card_text(final) and not stop_buttons(final)
 
