@@ -48,7 +48,7 @@ from agent_core.outcome import (
     Stopped,
 )
 from agent_core.repair import RepairReport, repair_history
-from agent_core.store import HistoryStore
+from agent_core.store import Fence, HistoryStore
 from agent_core.tools import (
     HostAllowlist,
     Interruptibility,
@@ -75,6 +75,7 @@ __all__ = [
     "Failed",
     "HistoryError",
     "HistoryRejected",
+    "Fence",
     "HistoryStore",
     "HostAllowlist",
     "Interruptibility",

@@ -57,7 +57,7 @@ from agent_core.outcome import (
 )
 from agent_core.repair import repair_history
 from agent_core.resume import plan_resume
-from agent_core.store import HistoryStore
+from agent_core.store import Fence, HistoryStore
 from agent_core.tools.base import Toolset
 
 __all__ = ["EventSink", "LoopLimits", "Runtime", "TurnRequest"]
@@ -87,6 +87,8 @@ class TurnRequest:
     turn_id: str
     inputs: tuple[UserMessage, ...] = ()
     """New messages that start this turn (the task); empty for a continuation."""
+    fence: Fence | None = None
+    """When set, every history write of the turn happens only while it holds (a lease)."""
 
 
 @dataclass(eq=False)
@@ -210,7 +212,7 @@ class Runtime:
     async def _begin(self, run: _Run) -> RunResult | None:
         """Start the turn; return `Cancelled` when it was tombstoned, else None."""
         start = await self._store.begin_turn(
-            run.request.session_id, run.request.turn_id, run.request.inputs
+            run.request.session_id, run.request.turn_id, run.request.inputs, run.request.fence
         )
         if start.tombstoned:
             run.diag.note("tombstoned")
@@ -258,12 +260,14 @@ class Runtime:
         final = RunEvent(source=EventSource.MODEL, parts=tuple(parts))
         await self._observe(run, final)
         if not calls:
-            await self._store.append_closed(run.request.session_id, run.request.turn_id, [message])
+            await self._store.append_closed(
+                run.request.session_id, run.request.turn_id, [message], run.request.fence
+            )
             run.history.append(message)
             return Completed(answer=message.content, final_event_id=final.id)
         results = await self._run_batch(run, message)
         await self._store.append_closed(
-            run.request.session_id, run.request.turn_id, [message, *results]
+            run.request.session_id, run.request.turn_id, [message, *results], run.request.fence
         )
         run.history += [message, *results]
         if run.signals.stop.is_set():
@@ -288,7 +292,7 @@ class Runtime:
         by_id = {**plan.answered, **{r.call_id: r for r in rerun}}
         results = [by_id[c.id] for c in batch.tool_calls]
         await self._store.append_closed(
-            run.request.session_id, run.request.turn_id, [batch, *results]
+            run.request.session_id, run.request.turn_id, [batch, *results], run.request.fence
         )
         run.history += [batch, *results]
         run.call_ids |= {c.id for c in batch.tool_calls}
@@ -313,7 +317,7 @@ class Runtime:
             nonlocal closed
             try:  # journaled before anyone is told, so what the card shows is durable
                 await self._store.journal_result(
-                    run.request.session_id, run.request.turn_id, result
+                    run.request.session_id, run.request.turn_id, result, run.request.fence
                 )
             except AgentError as exc:  # the journal only saves re-runs; the commit decides
                 run.diag.journal_failures += 1
@@ -324,7 +328,9 @@ class Runtime:
             closed = await self._observe(run, event)
 
         if calls is None:
-            await self._store.journal_batch(run.request.session_id, run.request.turn_id, message)
+            await self._store.journal_batch(
+                run.request.session_id, run.request.turn_id, message, run.request.fence
+            )
         ctx = _TurnContext(run.request.session_id, run.request.turn_id, run.signals)
         results = await run_batch(
             message.tool_calls if calls is None else calls,
@@ -406,5 +412,5 @@ class Runtime:
         run.diag.repairs += changes
         run.diag.note("repair", "; ".join(changes))
         if report.changes:
-            await self._store.replace(run.request.session_id, report.messages)
+            await self._store.replace(run.request.session_id, report.messages, run.request.fence)
         return list(report.messages)

@@ -9,12 +9,13 @@ that already finished.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError, WatchError
 
 from agent_core.errors import StoreError
 from agent_core.keys import Keys
@@ -27,7 +28,7 @@ from agent_core.messages import (
     load_message,
 )
 
-__all__ = ["HistoryStore", "TurnStart", "map_redis_errors"]
+__all__ = ["Fence", "HistoryStore", "TurnStart", "map_redis_errors"]
 
 TURN_KEY_TTL_S = 7 * 24 * 3600
 """How long per-turn bookkeeping (begun marker, journal) is kept."""
@@ -39,10 +40,16 @@ TURN_KEY_TTL_S = 7 * 24 * 3600
 # and a stale steer ring would otherwise cancel the new turn's tools. A drain request is for the
 # run that was live when it was made: a resumed run of the same turn starts without it.
 _BEGIN_TURN = """
+if ARGV[2] ~= '' then
+  local held = redis.call('GET', KEYS[7])
+  if not held or string.sub(held, 1, string.len(ARGV[2]) + 1) ~= ARGV[2] .. '|' then
+    return {2, {}, 0}
+  end
+end
 redis.call('DEL', KEYS[5], KEYS[6])
 if redis.call('EXISTS', KEYS[1]) == 1 then return {1, {}, 0} end
 if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
-  for i = 2, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+  for i = 3, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
 end
 local steers = redis.call('LRANGE', KEYS[4], 0, -1)
 for _, item in ipairs(steers) do redis.call('RPUSH', KEYS[3], item) end
@@ -58,6 +65,24 @@ def map_redis_errors(action: str) -> Iterator[None]:
         yield
     except RedisError as exc:
         raise StoreError(f"{action}: {type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A condition on every history write of a turn: its writer still holds the turn.
+
+    The write happens only while `key` holds a value starting with `"<token>|"` (the caller's
+    lease); a writer whose lease was taken over, a paused "zombie", is refused with
+    `StoreError` and changes nothing (DESIGN.md invariant 7).
+    """
+
+    key: str
+    token: int
+
+    def holds(self, value: bytes | str | None) -> bool:
+        """Whether `value` (the key's current value) is this writer's lease."""
+        text = value.decode() if isinstance(value, bytes) else (value or "")
+        return text.startswith(f"{self.token}|")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +106,17 @@ class HistoryStore:
         self._begin = redis.register_script(_BEGIN_TURN)
 
     async def begin_turn(
-        self, session_id: str, turn_id: str, inputs: Sequence[UserMessage] = ()
+        self,
+        session_id: str,
+        turn_id: str,
+        inputs: Sequence[UserMessage] = (),
+        fence: Fence | None = None,
     ) -> TurnStart:
-        """Start a turn: check its tombstone, append inputs and queued steers, load history."""
+        """Start a turn: check its tombstone, append inputs and queued steers, load history.
+
+        Raises:
+            StoreError: Redis failed, or `fence` no longer holds.
+        """
         k = self._keys
         keys = [
             k.tombstone(session_id, turn_id),
@@ -92,10 +125,14 @@ class HistoryStore:
             k.steers(session_id),
             k.bell(session_id),
             k.drain(session_id, turn_id),
+            fence.key if fence else k.history(session_id),
         ]
-        args: list[str | int] = [TURN_KEY_TTL_S, *(dump_message(m) for m in inputs)]
+        token = str(fence.token) if fence else ""
+        args: list[str | int] = [TURN_KEY_TTL_S, token, *(dump_message(m) for m in inputs)]
         with map_redis_errors("begin turn"):
             tombstoned, raw, steers = await self._begin(keys=keys, args=args)
+        if tombstoned == 2:
+            raise StoreError(f"begin turn {turn_id}: fenced (the lease has moved on)")
         history = [load_message(item) for item in raw]
         return TurnStart(tombstoned=bool(tombstoned), history=history, steers=int(steers))
 
@@ -105,42 +142,82 @@ class HistoryStore:
             raw = await self._redis.lrange(self._keys.history(session_id), 0, -1)
         return [load_message(item) for item in raw]
 
-    async def replace(self, session_id: str, messages: Sequence[Message]) -> None:
+    async def _write(
+        self, action: str, fill: Callable[[Pipeline], None], fence: Fence | None
+    ) -> None:
+        """Run the commands `fill` queues as one transaction, only while `fence` holds.
+
+        The fence key is WATCHed: a lease that moves between the check and the EXEC aborts
+        the transaction, so a refused writer changes nothing.
+        """
+        with map_redis_errors(action):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                if fence is not None:
+                    await pipe.watch(fence.key)
+                    if not fence.holds(await pipe.get(fence.key)):
+                        raise StoreError(f"{action}: fenced (the lease has moved on)")
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                fill(pipe)
+                try:
+                    await pipe.execute()
+                except WatchError as exc:
+                    raise StoreError(f"{action}: fenced (the lease moved meanwhile)") from exc
+
+    async def replace(
+        self, session_id: str, messages: Sequence[Message], fence: Fence | None = None
+    ) -> None:
         """Overwrite the history (after a repair) atomically."""
         key = self._keys.history(session_id)
-        with map_redis_errors("replace history"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.delete(key)
-                if messages:
-                    pipe.rpush(key, *(dump_message(m) for m in messages))
-                await pipe.execute()
+
+        def fill(pipe: Pipeline) -> None:
+            pipe.delete(key)
+            if messages:
+                pipe.rpush(key, *(dump_message(m) for m in messages))
+
+        await self._write("replace history", fill, fence)
 
     async def append_closed(
-        self, session_id: str, turn_id: str, messages: Sequence[Message]
+        self,
+        session_id: str,
+        turn_id: str,
+        messages: Sequence[Message],
+        fence: Fence | None = None,
     ) -> None:
         """Append one closed group (final answer, or a call batch with all its results)."""
-        with map_redis_errors("append history"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.rpush(self._keys.history(session_id), *(dump_message(m) for m in messages))
-                pipe.delete(self._keys.journal(session_id, turn_id))
-                await pipe.execute()
 
-    async def journal_batch(self, session_id: str, turn_id: str, message: AssistantMessage) -> None:
+        def fill(pipe: Pipeline) -> None:
+            pipe.rpush(self._keys.history(session_id), *(dump_message(m) for m in messages))
+            pipe.delete(self._keys.journal(session_id, turn_id))
+
+        await self._write("append history", fill, fence)
+
+    async def journal_batch(
+        self,
+        session_id: str,
+        turn_id: str,
+        message: AssistantMessage,
+        fence: Fence | None = None,
+    ) -> None:
         """Record the assistant message whose calls are about to run."""
         key = self._keys.journal(session_id, turn_id)
-        with map_redis_errors("journal batch"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.delete(key)
-                pipe.hset(key, "batch", dump_message(message))
-                pipe.expire(key, TURN_KEY_TTL_S)
-                await pipe.execute()
 
-    async def journal_result(self, session_id: str, turn_id: str, result: ToolMessage) -> None:
+        def fill(pipe: Pipeline) -> None:
+            pipe.delete(key)
+            pipe.hset(key, "batch", dump_message(message))
+            pipe.expire(key, TURN_KEY_TTL_S)
+
+        await self._write("journal batch", fill, fence)
+
+    async def journal_result(
+        self, session_id: str, turn_id: str, result: ToolMessage, fence: Fence | None = None
+    ) -> None:
         """Record one finished call of the open batch as it arrives."""
-        with map_redis_errors("journal result"):
-            await self._redis.hset(
-                self._keys.journal(session_id, turn_id), result.call_id, dump_message(result)
-            )
+        key = self._keys.journal(session_id, turn_id)
+
+        def fill(pipe: Pipeline) -> None:
+            pipe.hset(key, result.call_id, dump_message(result))
+
+        await self._write("journal result", fill, fence)
 
     async def journal(
         self, session_id: str, turn_id: str

@@ -33,6 +33,7 @@ from agent_core import (
     Dispatched,
     Drained,
     Failed,
+    Fence,
     RunDiagnostics,
     RunOutcome,
     Runtime,
@@ -251,8 +252,12 @@ class Actor:
             chain.turn_id, inputs = next_turn, follow_up
 
     async def _run_turn(self, chain: _Chain, inputs: list[UserMessage]) -> RunOutcome:
+        session = chain.job.session_id
         request = TurnRequest(
-            session_id=chain.job.session_id, turn_id=chain.turn_id, inputs=tuple(inputs)
+            session_id=session,
+            turn_id=chain.turn_id,
+            inputs=tuple(inputs),
+            fence=Fence(self._keys.live_turn(session), chain.lease.token),
         )
         signals = self._runtime.signals_for(request)
         signals.on_stop = chain.tracker.stopping
