@@ -32,6 +32,7 @@ from agent_core.store import map_redis_errors
 from bot.actor import Actor, ActorOptions
 from bot.errors import BotConfigError
 from bot.events import Platform
+from bot.failpoints import Failpoints
 from bot.keys import BotKeys
 from bot.lease import Lease, Leases
 from bot.model import build_chat_model
@@ -83,8 +84,10 @@ class Worker:
         keys: BotKeys | None = None,
         name: str | None = None,
         options: WorkerOptions | None = None,
+        failpoints: Failpoints | None = None,
     ) -> None:
         self._redis = redis
+        self._failpoints = failpoints or Failpoints()
         self._actor = actor
         self._leases = leases
         self._keys = keys or BotKeys()
@@ -203,6 +206,7 @@ class Worker:
                     await self._dead_letter(entry_id, fields, job, lease, deliveries)
                     return
                 log.warning("resuming turn %s, abandoned by its worker", job.turn_id)
+                self._failpoints.hit("during_reclaim")
             else:
                 lease = await self._leases.acquire(job.session_id, self.name, job.turn_id)
             try:
@@ -369,7 +373,17 @@ async def open_worker(
             stack.push_async_callback(platform.aclose)
         keys = BotKeys()
         toolset = Toolset.of([http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)])
-        runtime = Runtime(model=model, redis=redis, toolset=toolset, instructions=INSTRUCTIONS)
+        try:
+            failpoints = Failpoints.parse(settings.failpoints)
+        except ValueError as exc:
+            raise BotConfigError(f"CHATOPS_FAILPOINTS: {exc}") from exc
+        runtime = Runtime(
+            model=model,
+            redis=redis,
+            toolset=toolset,
+            instructions=INSTRUCTIONS,
+            sink=failpoints.sink(),
+        )
         leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
         actor = Actor(
             runtime=runtime,
@@ -380,4 +394,11 @@ async def open_worker(
             platforms=platforms,
             options=actor_options,
         )
-        yield Worker(redis=redis, actor=actor, leases=leases, keys=keys, options=options)
+        yield Worker(
+            redis=redis,
+            actor=actor,
+            leases=leases,
+            keys=keys,
+            options=options,
+            failpoints=failpoints,
+        )

@@ -61,14 +61,28 @@ class Deployment:
         self.http = httpx.AsyncClient(timeout=10)
         self._seen = "0-0"
 
-    async def start(self, *, scheduler_interval: float | None = None, workers: int = 1) -> None:
+    async def start(
+        self,
+        *,
+        scheduler_interval: float | None = None,
+        workers: int = 1,
+        first_worker_env: dict[str, str] | None = None,
+    ) -> None:
         serve, self.base = await Chatops.serve(self.env)
         self.processes.append(serve)
-        self.workers = [await Chatops.worker(self.env) for _ in range(workers)]
+        envs = [{**self.env, **(first_worker_env or {})}] + [self.env] * (workers - 1)
+        self.workers = [await Chatops.worker(env) for env in envs]
         self.worker = self.workers[0]
         self.processes.extend(self.workers)
         if scheduler_interval is not None:
             self.processes.append(await Chatops.scheduler(self.env, scheduler_interval))
+
+    async def add_worker(self) -> Chatops:
+        """Start one more (unarmed) worker."""
+        worker = await Chatops.worker(self.env)
+        self.workers.append(worker)
+        self.processes.append(worker)
+        return worker
 
     async def slack(self, payload: dict[str, Any]) -> None:
         body, headers = sg.slack_request(payload, secret=SECRET)

@@ -1,0 +1,49 @@
+"""A worker killed at named points; another worker finishes the analysis (RELIABILITY H1, Q3).
+
+Why this way: a crash is a process dying with no cleanup, so the first worker runs with
+`CHATOPS_FAILPOINTS` and SIGKILLs itself at the named point; a second worker, started after
+that death, takes the pending entry over once the lease expires. What must hold is read where
+it shows: the provider never answered a request with a 400 (the history stayed valid), a tool
+that had finished was not run again, the turn settled once as completed, and the thread has
+one card, final. Marked slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.deployment import slack_session
+from tests.fakes import openai_provider as fp
+from tests.fakes import signing as sg
+from tests.slack_view import card_text, cards_in, final_card, stop_buttons
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("point", "tool_runs"), [("after_model_response", 0), ("after_tool_result", 1)]
+)
+async def test_a_worker_killed_at_a_failpoint_is_taken_over(
+    deployment, fake_llm, slack_api, slow_service, point, tool_runs
+) -> None:
+    fake_llm.script(
+        fp.ToolCallsReply([fp.ToolCall("http_get", {"url": slow_service.url("/ok")})]),
+        fp.TextReply("Recovered: all probes answered."),
+    )
+    await deployment.start(workers=1, first_worker_env={"CHATOPS_FAILPOINTS": point})
+    thread = sg.slack_ts()
+    await deployment.slack(sg.slack_app_mention(ts=thread))
+    doomed = deployment.workers[0]
+    assert await asyncio.to_thread(doomed.proc.wait, 20) == -9  # it died at the point
+    await deployment.add_worker()  # takes the entry over once the lease has expired
+
+    settled = await deployment.next_settle()
+    assert settled.reason == "completed", settled
+    await deployment.released(slack_session(thread))
+    assert [r.status for r in fake_llm.requests] == [200, 200]  # never a 400
+    assert len(slow_service.hits) == tool_runs  # a finished tool is not run again
+    assert len(cards_in(slack_api, thread)) == 1
+    final = final_card(slack_api, thread)
+    assert "Recovered" in card_text(final) and not stop_buttons(final)
