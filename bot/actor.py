@@ -27,6 +27,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from agent_core import (
+    AssistantMessage,
     Awaiting,
     Cancelled,
     Completed,
@@ -37,6 +38,8 @@ from agent_core import (
     RunDiagnostics,
     RunOutcome,
     Runtime,
+    SettleReason,
+    SettleRecord,
     Steered,
     Stopped,
     UserKind,
@@ -48,6 +51,7 @@ from agent_core.loop import TurnRequest
 from agent_core.store import map_redis_errors
 from bot.card_publisher import CardPublisher, CardRecord, PublisherOptions
 from bot.events import ChatEvent, Platform
+from bot.failpoints import Failpoints
 from bot.keys import BotKeys
 from bot.lease import Lease, LeaseLost, Leases
 from bot.platform import CardTarget, ChatPlatform
@@ -117,6 +121,7 @@ class Actor:
         settle: SettleWriter,
         platforms: Mapping[Platform, ChatPlatform],
         options: ActorOptions | None = None,
+        failpoints: Failpoints | None = None,
     ) -> None:
         self._runtime = runtime
         self._redis = redis
@@ -125,6 +130,7 @@ class Actor:
         self._settle = settle
         self._platforms = platforms
         self._options = options or ActorOptions()
+        self._failpoints = failpoints or Failpoints()
         self._open = redis.register_script(_OPEN_TURN)
         self._live: dict[str, TurnSignals] = {}
         self._draining = False
@@ -161,7 +167,7 @@ class Actor:
         closed history holds every batch that finished); one already settled with its card
         final has nothing left to do.
         """
-        if await self._finished(job):
+        if await self._finished(job, lease):
             return
         if await self._tombstoned(job):
             outcome = await self._runtime.run(
@@ -196,6 +202,7 @@ class Actor:
             final = chain.tracker.final(CardStatus.FAILED, error=_short(exc))
             await self._shielded(self._settle_unfinished(chain, _short(exc)))
         if final is not None:
+            self._failpoints.hit("before_final_card")
             await self._shielded(publisher.finish(final))
         else:
             await self._shielded(publisher.flush())  # the hand-over, said on the live card
@@ -359,11 +366,53 @@ class Actor:
         same_analysis = _analysis_of(card.turn_id) == _analysis_of(job.turn_id)
         return card if same_analysis else None
 
-    async def _finished(self, job: TurnJob) -> bool:
-        if await self._settle.record(job.session_id, job.turn_id) is None:
+    async def _finished(self, job: TurnJob, lease: Lease) -> bool:
+        """Whether a taken-over job's analysis already ended (then its card is made final).
+
+        Its worker may have died after the last settle and before the final card: the card is
+        finished from the books and the history, never by running the analysis again.
+        """
+        session = job.session_id
+        if await self._settle.record(session, job.turn_id) is None:
             return False
-        card = await CardRecord(self._redis, self._keys, job.session_id).read()
-        return card.get("final") != "0"
+        record = CardRecord(self._redis, self._keys, session)
+        fields = await record.read()
+        if fields.get("final") != "0":
+            return True
+        with map_redis_errors("read open turns"):
+            still_open = await self._redis.smembers(self._keys.open_turns(session))
+        analysis = _analysis_of(job.turn_id)
+        if any(_analysis_of(_text(t)) == analysis for t in still_open):
+            return False  # a turn of it is still to run
+        last = await self._last_settle(job)
+        card = await self._card_to_continue(record, job)
+        if card is None or last is None:
+            return True
+        final = card.ended(_STATUS_OF.get(last.reason, CardStatus.FAILED), error=last.error)
+        if last.reason is SettleReason.COMPLETED:
+            final = final.evolve(answer=await self._last_answer(session))
+        event = job.event
+        target = CardTarget(event.platform, event.channel, event.thread)
+        publisher = CardPublisher(
+            self._platforms[event.platform], record, target, lease.token, self._options.publisher
+        )
+        await publisher.attach()
+        await self._shielded(publisher.finish(final))
+        return True
+
+    async def _last_settle(self, job: TurnJob) -> SettleRecord | None:
+        """The latest settle of the analysis `job` started (its own turn or a follow-up)."""
+        with map_redis_errors("read follow-ups"):
+            followups = await self._redis.smembers(self._keys.followups(job.session_id))
+        turns = [job.turn_id, *(t for t in map(_text, followups) if t.startswith(job.turn_id))]
+        records = [await self._settle.record(job.session_id, t) for t in turns]
+        settled = [r for r in records if r is not None]
+        return max(settled, key=lambda r: r.ended_at) if settled else None
+
+    async def _last_answer(self, session_id: str) -> str:
+        history = await self._runtime.store.load(session_id)
+        answers = [m for m in history if isinstance(m, AssistantMessage) and not m.tool_calls]
+        return answers[-1].content if answers else ""
 
     async def _tombstoned(self, job: TurnJob) -> bool:
         key = self._keys.session.tombstone(job.session_id, job.turn_id)
@@ -409,6 +458,18 @@ def _task(event: ChatEvent) -> UserMessage:
     return UserMessage(
         content=event.text, author=event.author_name or event.author, kind=UserKind.TASK
     )
+
+
+_STATUS_OF = {
+    SettleReason.COMPLETED: CardStatus.ANSWERED,
+    SettleReason.STOPPED: CardStatus.STOPPED,
+    SettleReason.CANCELLED: CardStatus.CANCELLED,
+    SettleReason.FAILED: CardStatus.FAILED,
+}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _analysis_of(turn_id: str) -> str:

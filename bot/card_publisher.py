@@ -241,12 +241,16 @@ class CardPublisher:
         """Where the card is, once posted."""
         return self._ref
 
-    async def open(self, card: ProgressCard) -> None:
-        """Post the card (or attach to the analysis's live card) and show `card` on it."""
-        await self._deliver_leftover()
+    async def attach(self) -> None:
+        """Become the writer of the analysis's live card (if any), without showing anything."""
         message_id = await self._record.attach(self._token, self._target)
         if message_id:
             self._ref = CardRef(self._target.platform, self._target.channel, message_id)
+
+    async def open(self, card: ProgressCard) -> None:
+        """Post the card (or attach to the analysis's live card) and show `card` on it."""
+        await self._deliver_leftover()
+        await self.attach()
         self.show(card)
         await self._flush()
         await self._refresh_status(card, force=True)

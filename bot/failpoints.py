@@ -6,6 +6,7 @@ runs, which is the point. Points:
 
 - `after_model_response`: a model response was booked (its calls not started yet);
 - `after_tool_result`: a tool result was journaled (the rest of its batch may still run);
+- `before_final_card`: the analysis settled; its final card is not shown yet;
 - `during_reclaim`: an abandoned entry was just taken over, before it runs.
 """
 
@@ -24,7 +25,9 @@ __all__ = ["POINTS", "Failpoints"]
 
 log = logging.getLogger(__name__)
 
-POINTS = frozenset({"after_model_response", "after_tool_result", "during_reclaim"})
+POINTS = frozenset(
+    {"after_model_response", "after_tool_result", "before_final_card", "during_reclaim"}
+)
 
 
 class Failpoints:

@@ -393,6 +393,7 @@ async def open_worker(
             settle=SettleWriter(redis, keys, pricing_from(settings)),
             platforms=platforms,
             options=actor_options,
+            failpoints=failpoints,
         )
         yield Worker(
             redis=redis,

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
-    ("point", "tool_runs"), [("after_model_response", 0), ("after_tool_result", 1)]
+    ("point", "tool_runs"),
+    [("after_model_response", 0), ("after_tool_result", 1), ("before_final_card", 1)],
 )
 async def test_a_worker_killed_at_a_failpoint_is_taken_over(
     deployment, fake_llm, slack_api, slow_service, point, tool_runs
