@@ -27,7 +27,6 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from agent_core import (
-    AssistantMessage,
     Awaiting,
     Cancelled,
     Completed,
@@ -38,8 +37,6 @@ from agent_core import (
     RunDiagnostics,
     RunOutcome,
     Runtime,
-    SettleReason,
-    SettleRecord,
     Steered,
     Stopped,
     UserKind,
@@ -58,6 +55,7 @@ from bot.platform import CardTarget, ChatPlatform
 from bot.progress import CardTracker
 from bot.queue import TurnJob
 from bot.settle import Settled, SettleWriter, verdict_of
+from bot.takeover import Takeover, continued_card
 from cards.model import CardStatus, ProgressCard
 
 __all__ = ["Actor", "ActorOptions"]
@@ -131,6 +129,7 @@ class Actor:
         self._platforms = platforms
         self._options = options or ActorOptions()
         self._failpoints = failpoints or Failpoints()
+        self._takeover = Takeover(redis, keys, settle, runtime.store)
         self._open = redis.register_script(_OPEN_TURN)
         self._live: dict[str, TurnSignals] = {}
         self._draining = False
@@ -153,7 +152,7 @@ class Actor:
         publisher = CardPublisher(
             self._platforms[event.platform], record, target, lease.token, self._options.publisher
         )
-        card = await self._card_to_continue(record, job) or ProgressCard(
+        card = await continued_card(record, job) or ProgressCard(
             title=event.text, turn_id=job.turn_id, thread=event.thread
         )
         chain = _Chain(job, lease, CardTracker(card, publisher.show), job.turn_id)
@@ -180,7 +179,7 @@ class Actor:
         target = CardTarget(event.platform, event.channel, event.thread)
         record = CardRecord(self._redis, self._keys, job.session_id)
         publisher = CardPublisher(platform, record, target, lease.token, self._options.publisher)
-        card = await self._card_to_continue(record, job) or ProgressCard(
+        card = await continued_card(record, job) or ProgressCard(
             title=event.text, turn_id=job.turn_id, thread=event.thread
         )
         chain = _Chain(job, lease, CardTracker(card, publisher.show), job.turn_id)
@@ -354,65 +353,23 @@ class Actor:
         await self._settle_or_lose(outcome, chain.lease)
         log.info("turn %s drained; %s continues on another worker", chain.turn_id, next_turn)
 
-    async def _card_to_continue(self, record: CardRecord, job: TurnJob) -> ProgressCard | None:
-        """The live card of the analysis this job continues (a hand-over or a takeover)."""
-        fields = await record.read()
-        if fields.get("final") != "0" or fields.get("thread") != job.event.thread:
-            return None
-        try:
-            card = ProgressCard.from_json(fields.get("state") or "")
-        except ValueError:
-            return None
-        same_analysis = _analysis_of(card.turn_id) == _analysis_of(job.turn_id)
-        return card if same_analysis else None
-
     async def _finished(self, job: TurnJob, lease: Lease) -> bool:
-        """Whether a taken-over job's analysis already ended (then its card is made final).
-
-        Its worker may have died after the last settle and before the final card: the card is
-        finished from the books and the history, never by running the analysis again.
-        """
-        session = job.session_id
-        if await self._settle.record(session, job.turn_id) is None:
-            return False
-        record = CardRecord(self._redis, self._keys, session)
-        fields = await record.read()
-        if fields.get("final") != "0":
-            return True
-        with map_redis_errors("read open turns"):
-            still_open = await self._redis.smembers(self._keys.open_turns(session))
-        analysis = _analysis_of(job.turn_id)
-        if any(_analysis_of(_text(t)) == analysis for t in still_open):
-            return False  # a turn of it is still to run
-        last = await self._last_settle(job)
-        card = await self._card_to_continue(record, job)
-        if card is None or last is None:
-            return True
-        final = card.ended(_STATUS_OF.get(last.reason, CardStatus.FAILED), error=last.error)
-        if last.reason is SettleReason.COMPLETED:
-            final = final.evolve(answer=await self._last_answer(session))
-        event = job.event
-        target = CardTarget(event.platform, event.channel, event.thread)
-        publisher = CardPublisher(
-            self._platforms[event.platform], record, target, lease.token, self._options.publisher
-        )
-        await publisher.attach()
-        await self._shielded(publisher.finish(final))
-        return True
-
-    async def _last_settle(self, job: TurnJob) -> SettleRecord | None:
-        """The latest settle of the analysis `job` started (its own turn or a follow-up)."""
-        with map_redis_errors("read follow-ups"):
-            followups = await self._redis.smembers(self._keys.followups(job.session_id))
-        turns = [job.turn_id, *(t for t in map(_text, followups) if t.startswith(job.turn_id))]
-        records = [await self._settle.record(job.session_id, t) for t in turns]
-        settled = [r for r in records if r is not None]
-        return max(settled, key=lambda r: r.ended_at) if settled else None
-
-    async def _last_answer(self, session_id: str) -> str:
-        history = await self._runtime.store.load(session_id)
-        answers = [m for m in history if isinstance(m, AssistantMessage) and not m.tool_calls]
-        return answers[-1].content if answers else ""
+        """Whether a taken-over job's analysis already ended; its card is made final then."""
+        record = CardRecord(self._redis, self._keys, job.session_id)
+        ended, final = await self._takeover.ended(job, record)
+        if ended and final is not None:
+            event = job.event
+            target = CardTarget(event.platform, event.channel, event.thread)
+            publisher = CardPublisher(
+                self._platforms[event.platform],
+                record,
+                target,
+                lease.token,
+                self._options.publisher,
+            )
+            await publisher.attach()
+            await self._shielded(publisher.finish(final))
+        return ended
 
     async def _tombstoned(self, job: TurnJob) -> bool:
         key = self._keys.session.tombstone(job.session_id, job.turn_id)
@@ -458,23 +415,6 @@ def _task(event: ChatEvent) -> UserMessage:
     return UserMessage(
         content=event.text, author=event.author_name or event.author, kind=UserKind.TASK
     )
-
-
-_STATUS_OF = {
-    SettleReason.COMPLETED: CardStatus.ANSWERED,
-    SettleReason.STOPPED: CardStatus.STOPPED,
-    SettleReason.CANCELLED: CardStatus.CANCELLED,
-    SettleReason.FAILED: CardStatus.FAILED,
-}
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _analysis_of(turn_id: str) -> str:
-    """The job turn an analysis started from (follow-ups are `<job turn>.<n>`)."""
-    return turn_id.partition(".")[0]
 
 
 def _short(exc: BaseException) -> str:
