@@ -39,6 +39,7 @@ demo: install
 bench: install redis-server
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/ingress.py --quick
+	$(BIN)/python bench/drain.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
