@@ -77,9 +77,9 @@ class Deployment:
         if scheduler_interval is not None:
             self.processes.append(await Chatops.scheduler(self.env, scheduler_interval))
 
-    async def add_worker(self) -> Chatops:
-        """Start one more (unarmed) worker."""
-        worker = await Chatops.worker(self.env)
+    async def add_worker(self, extra_env: dict[str, str] | None = None) -> Chatops:
+        """Start one more worker (with `extra_env`, e.g. a failpoint, on top of the common)."""
+        worker = await Chatops.worker({**self.env, **(extra_env or {})})
         self.workers.append(worker)
         self.processes.append(worker)
         return worker

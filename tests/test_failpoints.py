@@ -48,3 +48,28 @@ async def test_a_worker_killed_at_a_failpoint_is_taken_over(
     assert len(cards_in(slack_api, thread)) == 1
     final = final_card(slack_api, thread)
     assert "Recovered" in card_text(final) and not stop_buttons(final)
+
+
+async def test_q4_a_worker_killed_while_taking_over_does_not_stop_the_next(
+    deployment, fake_llm, slack_api, slow_service
+) -> None:
+    fake_llm.script(
+        fp.ToolCallsReply([fp.ToolCall("http_get", {"url": slow_service.url("/ok")})]),
+        fp.TextReply("Recovered: all probes answered."),
+    )
+    armed = {"CHATOPS_FAILPOINTS": "after_model_response"}
+    await deployment.start(workers=1, first_worker_env=armed)
+    thread = sg.slack_ts()
+    await deployment.slack(sg.slack_app_mention(ts=thread))
+    assert await asyncio.to_thread(deployment.workers[0].proc.wait, 20) == -9
+    reclaimer = await deployment.add_worker({"CHATOPS_FAILPOINTS": "during_reclaim"})
+    assert await asyncio.to_thread(reclaimer.proc.wait, 20) == -9  # died while taking over
+    await deployment.add_worker()
+
+    settled = await deployment.next_settle()
+    assert settled.reason == "completed", settled
+    await deployment.released(slack_session(thread))
+    assert [r.status for r in fake_llm.requests] == [200, 200]
+    assert len(cards_in(slack_api, thread)) == 1
+    final = final_card(slack_api, thread)
+    assert "Recovered" in card_text(final) and not stop_buttons(final)
