@@ -23,13 +23,12 @@ import redis.asyncio as aioredis
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
 
 from agent_core.store import map_redis_errors
-from bot.errors import BotConfigError
 from bot.keys import BotKeys
 from bot.lease import Leases
 from bot.reaper import Reaper, SweepReport
 from bot.settings import Settings
 from bot.settle import SettleWriter
-from bot.worker import platforms_from, pricing_from
+from bot.worker import open_clients, pricing_from
 
 __all__ = ["LeaderLock", "Scheduler", "open_scheduler"]
 
@@ -118,16 +117,8 @@ async def open_scheduler(
     Raises:
         BotConfigError: The settings cannot work.
     """
-    if redis is None and not settings.redis_url:
-        raise BotConfigError("REDIS_URL is not set")
-    platforms = platforms_from(settings)
     async with AsyncExitStack() as stack:
-        if redis is None:
-            assert settings.redis_url
-            redis = aioredis.Redis.from_url(settings.redis_url)
-            stack.push_async_callback(redis.aclose)
-        for platform in platforms.values():
-            stack.push_async_callback(platform.aclose)
+        redis, platforms = await open_clients(settings, redis, stack)
         keys = BotKeys()
         leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
         reaper = Reaper(

@@ -44,6 +44,7 @@ from bot.settle import Pricing, SettleWriter
 __all__ = [
     "Worker",
     "WorkerOptions",
+    "open_clients",
     "open_worker",
     "platforms_from",
     "pricing_from",
@@ -342,6 +343,28 @@ def platforms_from(settings: Settings) -> dict[Platform, ChatPlatform]:
     return platforms
 
 
+async def open_clients(
+    settings: Settings, redis: aioredis.Redis | None, stack: AsyncExitStack
+) -> tuple[aioredis.Redis, dict[Platform, ChatPlatform]]:
+    """The Redis client and the platforms' card clients, closed by `stack` when it opened them.
+
+    A given Redis client is used as it is, and is the caller's to close.
+
+    Raises:
+        BotConfigError: The settings cannot work.
+    """
+    if redis is None and not settings.redis_url:
+        raise BotConfigError("REDIS_URL is not set")
+    platforms = platforms_from(settings)
+    for platform in platforms.values():
+        stack.push_async_callback(platform.aclose)
+    if redis is None:
+        assert settings.redis_url
+        redis = aioredis.Redis.from_url(settings.redis_url)
+        stack.push_async_callback(redis.aclose)
+    return redis, platforms
+
+
 @asynccontextmanager
 async def open_worker(
     settings: Settings,
@@ -355,22 +378,14 @@ async def open_worker(
     Raises:
         BotConfigError: The settings cannot work.
     """
-    if redis is None and not settings.redis_url:
-        raise BotConfigError("REDIS_URL is not set")
-    platforms = platforms_from(settings)
     async with AsyncExitStack() as stack:
-        if redis is None:
-            assert settings.redis_url
-            redis = aioredis.Redis.from_url(settings.redis_url)
-            stack.push_async_callback(redis.aclose)
+        redis, platforms = await open_clients(settings, redis, stack)
         if settings.production:
             await require_durable_redis(redis)
         model, openai_client = build_chat_model(settings)
         stack.push_async_callback(openai_client.close)
         http = httpx.AsyncClient()
         stack.push_async_callback(http.aclose)
-        for platform in platforms.values():
-            stack.push_async_callback(platform.aclose)
         keys = BotKeys()
         toolset = Toolset.of([http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)])
         try:
