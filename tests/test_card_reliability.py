@@ -65,8 +65,8 @@ async def test_c1_one_placeholder_updates_coalesced_final_answered(
 
     (posted,) = cards_in(slack_api, thread)  # exactly one placeholder
     updates = updates_of(slack_api, posted.response["ts"])
-    # 8 card changes (turn start, 6 calls started at once, 6 results, the answer) reach the
-    # platform as far fewer updates: the 6 instant results coalesce into at most two.
+    # 9 card changes (turn start, 6 calls started at once, 6 results, the answer) reach the
+    # platform as at most four updates: the instant results coalesce.
     assert 1 <= len(updates) <= 4
     final = final_card(slack_api, thread)
     assert "Answered" in card_text(final) and not stop_buttons(final)
