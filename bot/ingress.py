@@ -282,9 +282,10 @@ def ingress_redis(url: str) -> aioredis.Redis:
 
     redis-py's per-command socket timeout is off: it wraps every read in a timer of its own, a
     cost on the webhook's hot path (with it off, bench/ingress.py moved from 0.48-0.50x to
-    0.51-0.53x of a bare endpoint, together with the lookup caching in routing and metrics). Every command this client sends runs under a deadline
-    of the caller's instead (the 2.5 s ack budget, readyz's 1 s, `_REDIS_CALL_S` elsewhere),
-    and redis-py drops a connection whose command was cancelled. A URL that sets
+    0.51-0.53x of a bare endpoint, together with the lookup caching in routing and metrics).
+    Every command this client sends runs under a deadline of the caller's instead (the 2.5 s
+    ack budget, readyz's 1 s, `_REDIS_CALL_S` elsewhere), and redis-py drops a connection
+    whose command was cancelled. A URL that sets
     `socket_timeout` still wins.
     """
     return aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=_REDIS_CALL_S)
