@@ -1,11 +1,11 @@
 """The worker: reads turn jobs from the turns stream and runs each under its session's lease.
 
-Several workers may run at once (one consumer group, one consumer name each). A job is taken with
-`XREADGROUP`, its session's lease is acquired (a second job of a busy session waits for the
-release), the actor runs the analysis, and the entry is acknowledged (and deleted) once it
-settled. Every task is owned by the worker's task group. `stop()` drains: live turns are handed over at their
-next cut. An idle worker takes over entries left pending by a dead one once their lease has
-expired, and sets aside (dead-letters) an entry that keeps killing its workers.
+Several workers may run at once (one consumer group, one consumer name each). A job is taken
+with `XREADGROUP`, its session's lease is acquired (a second job of a busy session waits for
+the release), the actor runs the analysis, and the entry is acknowledged (and deleted) once it
+settled. Every task is owned by the worker's task group. `stop()` drains: live turns are handed
+over at their next cut. An idle worker takes over entries left pending by a dead one once their
+lease has expired, and sets aside (dead-letters) an entry that keeps killing its workers.
 """
 
 from __future__ import annotations
