@@ -46,7 +46,8 @@ from agent_core import (
 from agent_core.interrupts import TOMBSTONE_TTL_S, Signal, TurnSignals, checkpoint
 from agent_core.loop import TurnRequest
 from agent_core.store import map_redis_errors
-from bot.card_publisher import CardPublisher, CardRecord, PublisherOptions
+from bot.card_publisher import CardPublisher, PublisherOptions
+from bot.card_record import CardRecord
 from bot.events import ChatEvent, Platform
 from bot.failpoints import Failpoints
 from bot.keys import BotKeys

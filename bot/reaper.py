@@ -29,7 +29,7 @@ import redis.asyncio as aioredis
 
 from agent_core import SettleReason, SettleRecord
 from agent_core.store import map_redis_errors
-from bot.card_publisher import DELIVERY_STALE_S, CardRecord
+from bot.card_record import DELIVERY_STALE_S, CardRecord
 from bot.events import Platform
 from bot.keys import BotKeys
 from bot.lease import Leases

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from agent_core import AssistantMessage, HistoryStore, SettleReason, SettleRecord
 from agent_core.store import map_redis_errors
-from bot.card_publisher import CardRecord
+from bot.card_record import CardRecord
 from bot.keys import BotKeys
 from bot.queue import TurnJob
 from bot.settle import SettleWriter

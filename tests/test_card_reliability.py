@@ -20,7 +20,8 @@ import redis.asyncio as aioredis
 
 from bot.actor import ActorOptions
 from bot.adapters.slack_cards import SlackCards
-from bot.card_publisher import CardPublisher, CardRecord, PublisherOptions
+from bot.card_publisher import CardPublisher, PublisherOptions
+from bot.card_record import CardRecord
 from bot.events import Platform, session_id_for
 from bot.keys import BotKeys
 from bot.lease import Leases
