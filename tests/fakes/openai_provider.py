@@ -32,7 +32,6 @@ import json
 import math
 import re
 import secrets
-import socket
 import string
 import threading
 import time
@@ -43,12 +42,13 @@ from typing import Any
 
 import anyio
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
+
+from tests.fakes.loopback_server import LoopbackServer
 
 __all__ = [
     "DUPLICATE_CALL_ID",
@@ -548,23 +548,13 @@ class _HeldResponse:
             await anyio.sleep(_STALL_POLL_S)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn server that reports when it is accepting connections."""
-
-    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
-        super().__init__(config)
-        self._ready = ready
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        self._ready.set()
-
-
-class FakeProvider:
+class FakeProvider(LoopbackServer):
     """A scripted OpenAI-compatible chat completions endpoint on a loopback port.
 
     All methods are safe to call from the test's thread while the server thread serves.
     """
+
+    _thread_name = "fake-openai"
 
     def __init__(self) -> None:
         self._state = threading.Lock()
@@ -576,75 +566,16 @@ class FakeProvider:
         self._aborted = 0
         self._generation = 0
         self._closing = False
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._socket: socket.socket | None = None
-        self._port: int | None = None
-        self._app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        super().__init__(
+            Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        )
 
     # -- lifecycle
 
     @property
     def base_url(self) -> str:
         """Base URL for ``AsyncOpenAI(base_url=...)``, e.g. ``http://127.0.0.1:PORT/v1``."""
-        if self._port is None:
-            raise RuntimeError("FakeProvider is not started")
-        return f"http://127.0.0.1:{self._port}/v1"
-
-    def start(self, timeout: float = 10.0) -> None:
-        """Bind an ephemeral loopback port and serve on a daemon thread until accepting.
-
-        Args:
-            timeout: Seconds to wait for the server to accept connections.
-
-        Raises:
-            RuntimeError: The server did not start in time.
-        """
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind(("127.0.0.1", 0))
-        self._port = int(self._socket.getsockname()[1])
-        config = uvicorn.Config(
-            self._app,
-            http="h11",
-            ws="none",
-            lifespan="off",
-            loop="asyncio",
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        ready = threading.Event()
-        self._server = _Server(config, ready)
-        self._thread = threading.Thread(
-            target=self._serve, args=(ready,), name="fake-openai", daemon=True
-        )
-        self._thread.start()
-        if not ready.wait(timeout) or not self._server.started:
-            self.stop()
-            raise RuntimeError("FakeProvider did not start")
-
-    def _serve(self, ready: threading.Event) -> None:
-        assert self._server is not None and self._socket is not None
-        try:
-            self._server.run(sockets=[self._socket])
-        finally:
-            ready.set()  # Unblock start() if the server died before accepting.
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Release held responses, shut the server down and close the listening socket.
-
-        Args:
-            timeout: Seconds to wait for the server thread to finish.
-        """
-        with self._state:
-            self._closing = True
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self._socket is not None:
-            self._socket.close()
+        return f"http://127.0.0.1:{self.port}/v1"
 
     # -- scripting and inspection
 
@@ -734,6 +665,10 @@ class FakeProvider:
     def _released_all(self, generation: int) -> bool:
         with self._state:
             return self._closing or self._generation != generation
+
+    def _release_held(self) -> None:
+        with self._state:
+            self._closing = True
 
     def _record(self, request: Request, body: dict[str, Any], arrived: float, status: int) -> None:
         """Append a record; the caller holds ``self._state``."""

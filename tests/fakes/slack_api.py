@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import threading
 import time
 import uuid
@@ -52,12 +51,12 @@ from urllib.parse import parse_qsl
 
 import anyio
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from tests.fakes.loopback_server import LoopbackServer
 from tests.fakes.signing import (
     SLACK_API_APP_ID,
     SLACK_BOT_ID,
@@ -154,19 +153,7 @@ Simulated = tuple[int, dict[str, Any]]
 """An HTTP status and JSON body produced by a platform's simulation."""
 
 
-class _Server(uvicorn.Server):
-    """uvicorn server that reports when it is accepting connections."""
-
-    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
-        super().__init__(config)
-        self._ready = ready
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        self._ready.set()
-
-
-class LoopbackAPI:
+class LoopbackAPI(LoopbackServer):
     """A scripted, recording HTTP API on a loopback port, served on a daemon thread.
 
     Subclasses add routes and a simulation. All public methods are safe to call from the
@@ -186,75 +173,14 @@ class LoopbackAPI:
         self._calls: list[RecordedCall] = []
         self._generation = 0
         self._closing = False
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._socket: socket.socket | None = None
-        self._port: int | None = None
-        self._app = Starlette(routes=list(routes))
+        super().__init__(Starlette(routes=list(routes)))
 
     # -- lifecycle
 
     @property
     def origin(self) -> str:
         """``http://127.0.0.1:PORT``."""
-        if self._port is None:
-            raise RuntimeError(f"{type(self).__name__} is not started")
-        return f"http://127.0.0.1:{self._port}"
-
-    def start(self, timeout: float = 10.0) -> None:
-        """Bind an ephemeral loopback port and serve on a daemon thread until accepting.
-
-        Args:
-            timeout: Seconds to wait for the server to accept connections.
-
-        Raises:
-            RuntimeError: The server did not start in time.
-        """
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.bind(("127.0.0.1", 0))
-        self._port = int(self._socket.getsockname()[1])
-        config = uvicorn.Config(
-            self._app,
-            http="h11",
-            ws="none",
-            lifespan="off",
-            loop="asyncio",
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        ready = threading.Event()
-        self._server = _Server(config, ready)
-        self._thread = threading.Thread(
-            target=self._serve, args=(ready,), name=self._thread_name, daemon=True
-        )
-        self._thread.start()
-        if not ready.wait(timeout) or not self._server.started:
-            self.stop()
-            raise RuntimeError(f"{type(self).__name__} did not start")
-
-    def _serve(self, ready: threading.Event) -> None:
-        assert self._server is not None and self._socket is not None
-        try:
-            self._server.run(sockets=[self._socket])
-        finally:
-            ready.set()  # Unblock start() if the server died before accepting.
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Release held answers, shut the server down and close the listening socket.
-
-        Args:
-            timeout: Seconds to wait for the server thread to finish.
-        """
-        with self._state:
-            self._closing = True
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self._socket is not None:
-            self._socket.close()
+        return f"http://127.0.0.1:{self.port}"
 
     # -- scripting and inspection
 
@@ -372,6 +298,10 @@ class LoopbackAPI:
             await self._pause(fault.delay, generation)
         headers = {**(extra_headers or {}), **(fault.headers if fault is not None else {})}
         return JSONResponse(body, status_code=status, headers=headers)
+
+    def _release_held(self) -> None:
+        with self._state:
+            self._closing = True
 
     async def _pause(self, seconds: float, generation: int) -> None:
         # Short polls, so reset() and stop() release a held answer at once and nothing
