@@ -1,0 +1,98 @@
+"""Follow-ups: the Redis bookkeeping of the turns that follow one another in an analysis.
+
+An analysis runs as a chain of turns (`bot.turn_chain`); each turn after the first is a
+follow-up the chain opens itself. This module owns what Redis records about them:
+
+- Opening a follow-up puts it in the session's open turns and in its follow-ups set (the reaper
+  settles a follow-up whose worker is gone: it was never in the stream), and carries a stop that
+  tombstoned the current turn over to it. It is one script: a stop (which tombstones every open
+  turn) either finds the follow-up open or is carried over to it.
+- Handing a drained chain over puts its continuation in the open turns and on the turns stream,
+  in one transaction, for any worker to resume.
+- What a follow-up starts from: the steers queued at the cut (read, not taken: the runtime's
+  `begin_turn` absorbs them) and the session's inbox (taken).
+- Whether a turn was tombstoned, that is, stopped before it started.
+"""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from agent_core import UserKind, UserMessage, load_message
+from agent_core.interrupts import TOMBSTONE_TTL_S
+from agent_core.store import map_redis_errors
+from bot.events import ChatEvent
+from bot.keys import BotKeys
+from bot.queue import TurnJob
+
+__all__ = ["Followups"]
+
+# KEYS: open turns, follow-ups, the current turn's tombstone, the next turn's tombstone.
+# ARGV: next turn, tombstone ttl.
+_OPEN_TURN = """
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+local stop = redis.call('GET', KEYS[3])
+if stop then redis.call('SET', KEYS[4], stop, 'EX', ARGV[2]) end
+return 1
+"""
+
+
+class Followups:
+    """Reads and writes the follow-up bookkeeping of every session of a worker."""
+
+    def __init__(self, redis: aioredis.Redis, keys: BotKeys) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._open = redis.register_script(_OPEN_TURN)
+
+    async def tombstoned(self, job: TurnJob) -> bool:
+        """Whether the job's turn was stopped before it started."""
+        key = self._keys.session.tombstone(job.session_id, job.turn_id)
+        with map_redis_errors("read tombstone"):
+            return bool(await self._redis.exists(key))
+
+    async def open(self, session_id: str, current: str, next_turn: str) -> None:
+        """Open a follow-up turn (the reaper knows it as one), carrying a stop over to it."""
+        k = self._keys
+        with map_redis_errors("open turn"):
+            await self._open(
+                keys=[
+                    k.open_turns(session_id),
+                    k.followups(session_id),
+                    k.session.tombstone(session_id, current),
+                    k.session.tombstone(session_id, next_turn),
+                ],
+                args=[next_turn, TOMBSTONE_TTL_S],
+            )
+
+    async def hand_over(self, job: TurnJob) -> None:
+        """Queue `job`, the continuation of a drained chain, for any worker to resume."""
+        k = self._keys
+        with map_redis_errors("hand over"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.sadd(k.open_turns(job.session_id), job.turn_id)
+                pipe.xadd(k.turns_stream, {"job": job.model_dump_json()})
+                await pipe.execute()
+
+    async def peek_steers(self, session_id: str) -> list[tuple[str, str]]:
+        """The steers queued for the session, as (author, text), left in place."""
+        with map_redis_errors("read steers"):
+            raw = await self._redis.lrange(self._keys.session.steers(session_id), 0, -1)
+        steers = [load_message(item) for item in raw]
+        return [(m.author or "someone", m.content) for m in steers if isinstance(m, UserMessage)]
+
+    async def take_inbox(self, session_id: str) -> list[UserMessage]:
+        """Messages queued for the session's next turn (sub-agent reports, scheduled notes)."""
+        key = self._keys.inbox(session_id)
+        with map_redis_errors("take inbox"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.lrange(key, 0, -1)
+                pipe.delete(key)
+                raw, _ = await pipe.execute()
+        events = [ChatEvent.model_validate_json(item) for item in raw]
+        return [
+            UserMessage(content=e.text, author=e.author_name or e.author, kind=UserKind.NOTICE)
+            for e in events
+        ]

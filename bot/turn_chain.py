@@ -1,0 +1,217 @@
+"""The chain of turns of one analysis: each turn run, settled, then followed up or ended.
+
+Contract:
+- Every turn the chain runs is settled once (`bot.settle`) before the next one starts.
+- A steered turn continues in a follow-up turn of the same analysis and card: the follow-up
+  starts from the closed history plus every steer queued at the cut, in order (the runtime's
+  `begin_turn` absorbs them; the model sees each as a correction from a named person). Steers or
+  queued messages that arrive while the final answer streams also get a follow-up turn.
+- A completed turn with an empty answer (not steered) climbs the remedy ladder: it is re-run
+  with a nudge, at most `remedy_rungs` times.
+- A drained turn is settled `drained` and its continuation queued for any worker; the card stays
+  live. An analysis that would need more than `max_turns` turns fails ("too many turns").
+- Anything the chain leaves unsettled when it ends abnormally is settled by `settle_unfinished`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from agent_core import (
+    Awaiting,
+    Cancelled,
+    Completed,
+    Dispatched,
+    Drained,
+    Failed,
+    Fence,
+    RunDiagnostics,
+    RunOutcome,
+    Runtime,
+    Steered,
+    Stopped,
+    UserKind,
+    UserMessage,
+)
+from agent_core.interrupts import Signal, TurnSignals, checkpoint
+from agent_core.loop import TurnRequest
+from bot.events import ChatEvent
+from bot.followups import Followups
+from bot.keys import BotKeys
+from bot.lease import Lease, LeaseLost
+from bot.progress import CardTracker
+from bot.queue import TurnJob
+from bot.settle import Settled, SettleWriter, verdict_of
+from cards.model import CardStatus, ProgressCard
+
+__all__ = ["Chain", "TurnChain"]
+
+log = logging.getLogger(__name__)
+
+REMEDY_NUDGE = (
+    "Your last reply was empty. Answer the task above now, or say in one sentence why you cannot."
+)
+
+
+@dataclass(eq=False)
+class Chain:
+    """One analysis in progress: the job it started from and the turn it is on."""
+
+    job: TurnJob
+    lease: Lease
+    tracker: CardTracker
+    turn_id: str
+    """The turn running now (the job's own turn, then each follow-up)."""
+    rungs: int = 0
+    """Remedy rungs climbed."""
+    turns: int = 0
+    """Turns run so far."""
+    opened: list[str] = field(default_factory=list)
+    """Follow-up turns this chain created (each must settle)."""
+    unsettled: RunOutcome | None = None
+    """The last run's outcome until it is settled (an error in between still settles it)."""
+
+
+class TurnChain:
+    """Runs the turns of analyses. One instance serves every session of a worker."""
+
+    def __init__(
+        self,
+        *,
+        runtime: Runtime,
+        keys: BotKeys,
+        settle: SettleWriter,
+        followups: Followups,
+        remedy_rungs: int,
+        max_turns: int,
+    ) -> None:
+        self._runtime = runtime
+        self._keys = keys
+        self._settle = settle
+        self._followups = followups
+        self._remedy_rungs = remedy_rungs
+        self._max_turns = max_turns
+        self._live: dict[str, TurnSignals] = {}
+        self._draining = False
+
+    def drain(self) -> None:
+        """Ask every live turn to suspend at its next cut; later turns suspend at their first."""
+        self._draining = True
+        for signals in self._live.values():
+            signals.raise_local(Signal.DRAIN)
+
+    async def run(self, chain: Chain) -> ProgressCard | None:
+        """Run turns until the analysis ends; the final card, or None to leave it live."""
+        session = chain.job.session_id
+        task = [] if chain.job.resumed else [_task(chain.job.event)]
+        inputs = [*task, *await self._followups.take_inbox(session)]
+        while True:
+            checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
+            chain.turns += 1
+            chain.tracker.begin_turn(chain.turn_id)
+            outcome = chain.unsettled = await self._run_turn(chain, inputs)
+            follow_up = await self._next_inputs(chain, outcome)
+            if follow_up is not None and chain.turns >= self._max_turns:
+                await self.settle_or_lose(outcome, chain.lease)
+                return chain.tracker.final(CardStatus.FAILED, error="too many turns")
+            if isinstance(outcome.result, Drained):
+                await self._hand_over(chain, outcome)
+                chain.tracker.handed_over()
+                return None  # the card stays live: the analysis continues elsewhere
+            if follow_up is None:
+                await self.settle_or_lose(outcome, chain.lease)
+                return self._final(chain, outcome)
+            next_turn = f"{chain.job.turn_id}.{chain.turns}"
+            chain.opened.append(next_turn)
+            # Opened before this turn settles, so a stop from now on tombstones it; a stop
+            # that came earlier tombstoned this turn, and is carried over to the next.
+            await self._followups.open(session, chain.turn_id, next_turn)
+            await self.settle_or_lose(outcome, chain.lease)
+            chain.turn_id, inputs = next_turn, follow_up
+
+    async def settle_or_lose(self, outcome: RunOutcome, lease: Lease) -> None:
+        """Settle one run's turn; `LeaseLost` when the settle was fenced (a newer holder)."""
+        if await self._settle.settle(outcome, lease) is Settled.FENCED:
+            raise LeaseLost(f"settle of {outcome.diagnostics.turn_id} fenced")
+
+    async def settle_unfinished(self, chain: Chain, error: str) -> None:
+        """Settle every turn of the chain not settled yet (settles are NX).
+
+        The last run is settled with its own outcome, the others (not run, or cut short) as
+        failed.
+        """
+        if chain.unsettled is not None:
+            await self._settle.settle(chain.unsettled, chain.lease)
+        for turn_id in (chain.job.turn_id, *chain.opened, chain.turn_id):
+            diagnostics = RunDiagnostics(session_id=chain.job.session_id, turn_id=turn_id)
+            outcome = RunOutcome(result=Failed(error), diagnostics=diagnostics)
+            await self._settle.settle(outcome, chain.lease)
+
+    async def _run_turn(self, chain: Chain, inputs: list[UserMessage]) -> RunOutcome:
+        session = chain.job.session_id
+        request = TurnRequest(
+            session_id=session,
+            turn_id=chain.turn_id,
+            inputs=tuple(inputs),
+            fence=Fence(self._keys.live_turn(session), chain.lease.token),
+        )
+        signals = self._runtime.signals_for(request)
+        signals.on_stop = chain.tracker.stopping
+        if self._draining:
+            signals.raise_local(Signal.DRAIN)
+        self._live[chain.job.session_id] = signals
+        try:
+            return await self._runtime.run(request, signals, sink=chain.tracker.sink)
+        finally:
+            self._live.pop(chain.job.session_id, None)
+
+    async def _next_inputs(self, chain: Chain, outcome: RunOutcome) -> list[UserMessage] | None:
+        """The inputs of a follow-up turn, or None when the analysis ends here."""
+        session, result = chain.job.session_id, outcome.result
+        if not isinstance(result, Steered | Completed):
+            return None
+        steers = await self._followups.peek_steers(session)
+        inbox = await self._followups.take_inbox(session)
+        if steers:
+            chain.tracker.steered(steers)  # the follow-up's begin_turn absorbs them
+        if isinstance(result, Steered) or steers or inbox:
+            return inbox
+        if verdict_of(outcome).remedy_eligible and chain.rungs < self._remedy_rungs:
+            chain.rungs += 1
+            await self._settle.book_remedy(session, chain.turn_id, chain.rungs)
+            return [UserMessage(content=REMEDY_NUDGE, author="chatops", kind=UserKind.NOTICE)]
+        return None
+
+    def _final(self, chain: Chain, outcome: RunOutcome) -> ProgressCard | None:
+        tracker = chain.tracker
+        match outcome.result:
+            case Completed(answer=answer):
+                return tracker.final(CardStatus.ANSWERED, answer=answer)
+            case Stopped(by=by):
+                return tracker.final(CardStatus.STOPPED, by=by)
+            case Cancelled(by=by) if chain.turns > 1:
+                return tracker.final(CardStatus.STOPPED, by=by)  # stopped between two turns
+            case Cancelled(by=by):
+                return tracker.final(CardStatus.CANCELLED, by=by)
+            case Failed(error=error):
+                return tracker.final(CardStatus.FAILED, error=error)
+            case Drained():
+                return None  # resumed by another worker, on this very card
+            case Dispatched() | Awaiting() | Steered():
+                return tracker.final(CardStatus.ANSWERED, answer=outcome.reason.value)
+
+    async def _hand_over(self, chain: Chain, outcome: RunOutcome) -> None:
+        """Settle a drained turn and queue its continuation (a new turn of the analysis)."""
+        session = chain.job.session_id
+        next_turn = f"{chain.job.turn_id}.{chain.turns}"
+        job = TurnJob(turn_id=next_turn, session_id=session, event=chain.job.event, resumed=True)
+        await self._followups.hand_over(job)
+        await self.settle_or_lose(outcome, chain.lease)
+        log.info("turn %s drained; %s continues on another worker", chain.turn_id, next_turn)
+
+
+def _task(event: ChatEvent) -> UserMessage:
+    return UserMessage(
+        content=event.text, author=event.author_name or event.author, kind=UserKind.TASK
+    )
