@@ -68,7 +68,8 @@ def worker(
 
     from bot.errors import BotConfigError
     from bot.settings import Settings
-    from bot.worker import WorkerOptions, open_worker
+    from bot.wiring import open_worker
+    from bot.worker import WorkerOptions
 
     def give_up() -> None:
         # Past the grace period: leave like a crash (no half-written state: the stream entries

@@ -28,7 +28,7 @@ from bot.lease import Leases
 from bot.reaper import Reaper, SweepReport
 from bot.settings import Settings
 from bot.settle import SettleWriter
-from bot.worker import open_clients, pricing_from
+from bot.wiring import open_clients, pricing_from
 
 __all__ = ["LeaderLock", "Scheduler", "open_scheduler"]
 

@@ -67,19 +67,21 @@ class Deployment:
         scheduler_interval: float | None = None,
         workers: int = 1,
         first_worker_env: dict[str, str] | None = None,
+        first_worker_args: tuple[str, ...] = (),
     ) -> None:
         serve, self.base = await Chatops.serve(self.env)
+        self.serve = serve
         self.processes.append(serve)
-        envs = [{**self.env, **(first_worker_env or {})}] + [self.env] * (workers - 1)
-        self.workers = [await Chatops.worker(env) for env in envs]
+        first = await Chatops.worker({**self.env, **(first_worker_env or {})}, *first_worker_args)
+        self.workers = [first] + [await Chatops.worker(self.env) for _ in range(workers - 1)]
         self.worker = self.workers[0]
         self.processes.extend(self.workers)
         if scheduler_interval is not None:
             self.processes.append(await Chatops.scheduler(self.env, scheduler_interval))
 
-    async def add_worker(self, extra_env: dict[str, str] | None = None) -> Chatops:
+    async def add_worker(self, extra_env: dict[str, str] | None = None, *args: str) -> Chatops:
         """Start one more worker (with `extra_env`, e.g. a failpoint, on top of the common)."""
-        worker = await Chatops.worker({**self.env, **(extra_env or {})})
+        worker = await Chatops.worker({**self.env, **(extra_env or {})}, *args)
         self.workers.append(worker)
         self.processes.append(worker)
         return worker
@@ -119,6 +121,13 @@ class Deployment:
         async with asyncio.timeout(timeout_s):
             while not await self.redis.blpop([KEYS.lease_free(session)], timeout=BLOCK_MS / 1000):
                 pass
+
+    async def holder(self, session: str) -> Chatops:
+        """The worker process holding the session's lease (its name is in its log)."""
+        held: Any = await self.redis.get(KEYS.live_turn(session))
+        assert held is not None, f"no worker holds {session}"
+        worker_name = held.decode().split("|")[1]
+        return next(w for w in self.workers if worker_name in w.log)
 
     async def close(self) -> None:
         await self.http.aclose()

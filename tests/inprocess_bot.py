@@ -19,7 +19,8 @@ from bot.adapters.slack import SlackIdentity
 from bot.card_publisher import PublisherOptions
 from bot.ingress import create_app
 from bot.settings import Settings
-from bot.worker import Worker, open_worker
+from bot.wiring import open_worker
+from bot.worker import Worker
 from tests.fakes import signing as sg
 
 __all__ = ["SECRET", "Bot", "bot", "bot_settings"]

@@ -89,9 +89,9 @@ class Chatops:
                 await asyncio.sleep(0.05)
 
     @classmethod
-    async def worker(cls, env: Mapping[str, str]) -> Chatops:
-        """`chatops worker`, reading the stream."""
-        proc = cls(["worker"], env)
+    async def worker(cls, env: Mapping[str, str], *args: str) -> Chatops:
+        """`chatops worker [args]`, reading the stream."""
+        proc = cls(["worker", *args], env)
         await proc.wait_for_line("reading turns")
         return proc
 

@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import aiohttp
-from cards.slack import render_slack, slack_text
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
@@ -44,6 +43,7 @@ from bot.platform import (
 )
 from bot.settings import Settings
 from cards.model import ProgressCard
+from cards.slack import render_slack, slack_text
 
 __all__ = ["DEFAULT_RETRY_AFTER_S", "DEFAULT_TIMEOUT_S", "SlackCards", "map_slack_errors"]
 

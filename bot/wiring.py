@@ -1,0 +1,168 @@
+"""Wiring: the worker and the scheduler built from settings, with every client they need.
+
+The Redis client, the platforms' card clients, the model client and the HTTP client of the
+tools are opened here and closed when the caller's context ends; the production profile's
+startup check (RELIABILITY Q2) runs before anything is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from agent_core import HostAllowlist, Runtime, Toolset, http_get_tool
+from bot.actor import Actor, ActorOptions
+from bot.errors import BotConfigError
+from bot.events import Platform
+from bot.failpoints import Failpoints
+from bot.keys import BotKeys
+from bot.lease import Leases
+from bot.model import build_chat_model
+from bot.platform import ChatPlatform
+from bot.settings import Settings
+from bot.settle import Pricing, SettleWriter
+from bot.worker import Worker, WorkerOptions
+
+__all__ = [
+    "INSTRUCTIONS",
+    "open_clients",
+    "open_worker",
+    "platforms_from",
+    "pricing_from",
+    "require_durable_redis",
+]
+
+INSTRUCTIONS = (
+    "You are chatops, an SRE assistant in an incident thread. Investigate with your tools, "
+    "say what you checked, and end with a short, concrete answer. When a person corrects you, "
+    "follow the correction while the original task still stands."
+)
+
+
+async def require_durable_redis(redis: aioredis.Redis) -> None:
+    """Refuse a Redis without AOF: a restart would lose every queued and pending turn.
+
+    Raises:
+        BotConfigError: `appendonly` is off (or cannot be read: a managed Redis that hides
+            CONFIG must be checked by its operator, and says so by not setting production).
+    """
+    try:
+        reply: Any = await redis.config_get("appendonly")
+    except RedisError as exc:
+        raise BotConfigError(f"cannot check that Redis persists (CONFIG GET): {exc}") from exc
+    value = reply.get("appendonly") or reply.get(b"appendonly")
+    if value not in ("yes", b"yes"):
+        raise BotConfigError(
+            "CHATOPS_PRODUCTION is set but Redis runs without AOF (appendonly no): a restart "
+            "would lose queued turns; set appendonly yes and appendfsync everysec"
+        )
+
+
+def pricing_from(settings: Settings) -> Pricing:
+    """The model prices the settle writer books costs with."""
+    return Pricing(
+        prompt_per_mtok=settings.price_prompt_per_mtok,
+        completion_per_mtok=settings.price_completion_per_mtok,
+    )
+
+
+def platforms_from(settings: Settings) -> dict[Platform, ChatPlatform]:
+    """The card clients of every configured platform.
+
+    Raises:
+        BotConfigError: No platform is configured.
+    """
+    platforms: dict[Platform, ChatPlatform] = {}
+    if settings.slack_bot_token is not None:
+        from bot.adapters.slack_cards import SlackCards
+
+        platforms[Platform.SLACK] = SlackCards.from_settings(settings)
+    if settings.feishu_app_id and settings.feishu_app_secret is not None:
+        from bot.adapters.feishu_cards import FeishuCards
+
+        platforms[Platform.FEISHU] = FeishuCards.from_settings(settings)
+    if not platforms:
+        raise BotConfigError("neither Slack (SLACK_BOT_TOKEN) nor Feishu (FEISHU_APP_*) is set")
+    return platforms
+
+
+async def open_clients(
+    settings: Settings, redis: aioredis.Redis | None, stack: AsyncExitStack
+) -> tuple[aioredis.Redis, dict[Platform, ChatPlatform]]:
+    """The Redis client and the platforms' card clients, closed by `stack` when it opened them.
+
+    A given Redis client is used as it is, and is the caller's to close.
+
+    Raises:
+        BotConfigError: The settings cannot work.
+    """
+    if redis is None and not settings.redis_url:
+        raise BotConfigError("REDIS_URL is not set")
+    platforms = platforms_from(settings)
+    for platform in platforms.values():
+        stack.push_async_callback(platform.aclose)
+    if redis is None:
+        assert settings.redis_url
+        redis = aioredis.Redis.from_url(settings.redis_url)
+        stack.push_async_callback(redis.aclose)
+    return redis, platforms
+
+
+@asynccontextmanager
+async def open_worker(
+    settings: Settings,
+    *,
+    redis: aioredis.Redis | None = None,
+    actor_options: ActorOptions | None = None,
+    options: WorkerOptions | None = None,
+) -> AsyncIterator[Worker]:
+    """Build a worker from the settings, with every client it needs; close them afterwards.
+
+    Raises:
+        BotConfigError: The settings cannot work.
+    """
+    async with AsyncExitStack() as stack:
+        redis, platforms = await open_clients(settings, redis, stack)
+        if settings.production:
+            await require_durable_redis(redis)
+        model, openai_client = build_chat_model(settings)
+        stack.push_async_callback(openai_client.close)
+        http = httpx.AsyncClient()
+        stack.push_async_callback(http.aclose)
+        keys = BotKeys()
+        toolset = Toolset.of([http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)])
+        try:
+            failpoints = Failpoints.parse(settings.failpoints)
+        except ValueError as exc:
+            raise BotConfigError(f"CHATOPS_FAILPOINTS: {exc}") from exc
+        runtime = Runtime(
+            model=model,
+            redis=redis,
+            toolset=toolset,
+            instructions=INSTRUCTIONS,
+            sink=failpoints.sink(),
+        )
+        leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
+        actor = Actor(
+            runtime=runtime,
+            redis=redis,
+            keys=keys,
+            leases=leases,
+            settle=SettleWriter(redis, keys, pricing_from(settings)),
+            platforms=platforms,
+            options=actor_options,
+            failpoints=failpoints,
+        )
+        yield Worker(
+            redis=redis,
+            actor=actor,
+            leases=leases,
+            keys=keys,
+            options=options,
+            failpoints=failpoints,
+        )
