@@ -8,7 +8,7 @@ follow-up the chain opens itself. This module owns what Redis records about them
   tombstoned the current turn over to it. It is one script: a stop (which tombstones every open
   turn) either finds the follow-up open or is carried over to it.
 - Handing a drained chain over puts its continuation in the open turns and on the turns stream,
-  in one transaction, for any worker to resume.
+  in one script fenced by the lease, for any worker to resume.
 - What a follow-up starts from: the steers queued at the cut (read, not taken: the runtime's
   `begin_turn` absorbs them) and the session's inbox (taken).
 - Whether a turn was tombstoned, that is, stopped before it started.
@@ -23,6 +23,7 @@ from agent_core.interrupts import TOMBSTONE_TTL_S
 from agent_core.store import map_redis_errors
 from bot.events import ChatEvent
 from bot.keys import BotKeys
+from bot.lease import Lease, LeaseLost
 from bot.queue import TurnJob
 
 __all__ = ["Followups"]
@@ -39,6 +40,18 @@ return 1
 """
 
 
+# KEYS: the session's lease, open turns, the turns stream. ARGV: fencing token, turn, job.
+# Queues the continuation only while the lease still carries the token: a worker whose lease
+# was taken over must not queue a second runner of the analysis (RELIABILITY Q5).
+_HAND_OVER = """
+local held = redis.call('GET', KEYS[1])
+if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return 0 end
+redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('XADD', KEYS[3], '*', 'job', ARGV[3])
+return 1
+"""
+
+
 class Followups:
     """Reads and writes the follow-up bookkeeping of every session of a worker."""
 
@@ -46,6 +59,7 @@ class Followups:
         self._redis = redis
         self._keys = keys
         self._open = redis.register_script(_OPEN_TURN)
+        self._hand_over = redis.register_script(_HAND_OVER)
 
     async def tombstoned(self, job: TurnJob) -> bool:
         """Whether the job's turn was stopped before it started."""
@@ -67,14 +81,20 @@ class Followups:
                 args=[next_turn, TOMBSTONE_TTL_S],
             )
 
-    async def hand_over(self, job: TurnJob) -> None:
-        """Queue `job`, the continuation of a drained chain, for any worker to resume."""
+    async def hand_over(self, job: TurnJob, lease: Lease) -> None:
+        """Queue `job`, the continuation of a drained chain, for any worker to resume.
+
+        Raises:
+            LeaseLost: `lease` no longer holds the session (nothing was queued).
+        """
         k = self._keys
         with map_redis_errors("hand over"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.sadd(k.open_turns(job.session_id), job.turn_id)
-                pipe.xadd(k.turns_stream, {"job": job.model_dump_json()})
-                await pipe.execute()
+            queued = await self._hand_over(
+                keys=[k.live_turn(job.session_id), k.open_turns(job.session_id), k.turns_stream],
+                args=[lease.token, job.turn_id, job.model_dump_json()],
+            )
+        if not queued:
+            raise LeaseLost(f"hand-over of {job.turn_id} fenced (token {lease.token} is stale)")
 
     async def peek_steers(self, session_id: str) -> list[tuple[str, str]]:
         """The steers queued for the session, as (author, text), left in place."""

@@ -206,7 +206,7 @@ class TurnChain:
         session = chain.job.session_id
         next_turn = f"{chain.job.turn_id}.{chain.turns}"
         job = TurnJob(turn_id=next_turn, session_id=session, event=chain.job.event, resumed=True)
-        await self._followups.hand_over(job)
+        await self._followups.hand_over(job, chain.lease)
         await self.settle_or_lose(outcome, chain.lease)
         log.info("turn %s drained; %s continues on another worker", chain.turn_id, next_turn)
 
