@@ -31,6 +31,8 @@ from agent_core.messages import (
 __all__ = ["Fence", "HistoryStore", "TurnStart", "map_redis_errors"]
 
 TURN_KEY_TTL_S = 7 * 24 * 3600
+FENCED_WRITE_ATTEMPTS = 5
+"""A fenced write whose WATCH saw the key change (a heartbeat) is checked and tried again."""
 """How long per-turn bookkeeping (begun marker, journal) is kept."""
 
 # Starts a turn in one round trip: refuses a tombstoned turn, appends the turn's inputs once
@@ -148,20 +150,25 @@ class HistoryStore:
         """Run the commands `fill` queues as one transaction, only while `fence` holds.
 
         The fence key is WATCHed: a lease that moves between the check and the EXEC aborts
-        the transaction, so a refused writer changes nothing.
+        the transaction, so a refused writer changes nothing. The holder's own heartbeat also
+        touches the key (it renews the expiry); an aborted transaction is therefore checked
+        again and retried while the token still holds, a few times at most.
         """
-        with map_redis_errors(action):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                if fence is not None:
-                    await pipe.watch(fence.key)
-                    if not fence.holds(await pipe.get(fence.key)):
-                        raise StoreError(f"{action}: fenced (the lease has moved on)")
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                fill(pipe)
-                try:
-                    await pipe.execute()
-                except WatchError as exc:
-                    raise StoreError(f"{action}: fenced (the lease moved meanwhile)") from exc
+        for _ in range(FENCED_WRITE_ATTEMPTS):
+            with map_redis_errors(action):
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    if fence is not None:
+                        await pipe.watch(fence.key)
+                        if not fence.holds(await pipe.get(fence.key)):
+                            raise StoreError(f"{action}: fenced (the lease has moved on)")
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                    fill(pipe)
+                    try:
+                        await pipe.execute()
+                        return
+                    except WatchError:
+                        continue  # the key changed: check the token again
+        raise StoreError(f"{action}: fenced (the lease kept moving meanwhile)")
 
     async def replace(
         self, session_id: str, messages: Sequence[Message], fence: Fence | None = None

@@ -7,6 +7,7 @@ startup check (RELIABILITY Q2) runs before anything is read.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -35,7 +36,13 @@ __all__ = [
     "platforms_from",
     "pricing_from",
     "require_durable_redis",
+    "worker_redis",
 ]
+
+CONNECT_TIMEOUT_S = 5.0
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_PROBES = 3
 
 INSTRUCTIONS = (
     "You are chatops, an SRE assistant in an incident thread. Investigate with your tools, "
@@ -91,6 +98,32 @@ def platforms_from(settings: Settings) -> dict[Platform, ChatPlatform]:
     return platforms
 
 
+def worker_redis(url: str) -> aioredis.Redis:
+    """The Redis client of the worker and the scheduler: it waits a paused Redis out.
+
+    redis-py's default 5 s per-command socket timeout would turn a Redis that stalls for a few
+    seconds (a fork for a rewrite, a failover, a paused VM) into errors mid-turn, and a write
+    retried after a timeout may run twice. Without it a command waits for its answer (it is
+    sent once); every blocking command carries a server-side timeout of its own, cleanup is
+    bounded by the caller, and a holder that waits past its lease is fenced off when it
+    resumes (RELIABILITY Q5, Q11). TCP keepalive probes, which a paused but living server
+    still answers, find a peer that is really gone in about half a minute. A URL that sets
+    `socket_timeout` still wins.
+    """
+    keepalive = {
+        socket.TCP_KEEPIDLE: KEEPALIVE_IDLE_S,
+        socket.TCP_KEEPINTVL: KEEPALIVE_INTERVAL_S,
+        socket.TCP_KEEPCNT: KEEPALIVE_PROBES,
+    }
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=None,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_keepalive=True,
+        socket_keepalive_options=keepalive,
+    )
+
+
 async def open_clients(
     settings: Settings, redis: aioredis.Redis | None, stack: AsyncExitStack
 ) -> tuple[aioredis.Redis, dict[Platform, ChatPlatform]]:
@@ -108,7 +141,7 @@ async def open_clients(
         stack.push_async_callback(platform.aclose)
     if redis is None:
         assert settings.redis_url
-        redis = aioredis.Redis.from_url(settings.redis_url)
+        redis = worker_redis(settings.redis_url)
         stack.push_async_callback(redis.aclose)
     return redis, platforms
 

@@ -57,6 +57,7 @@ class Deployment:
     def __init__(self, env: dict[str, str], redis: aioredis.Redis) -> None:
         self.env, self.redis = env, redis
         self.processes: list[Chatops] = []
+        self.workers: list[Chatops] = []
         self.base = ""
         self.http = httpx.AsyncClient(timeout=10)
         self._seen = "0-0"
@@ -72,12 +73,17 @@ class Deployment:
         serve, self.base = await Chatops.serve(self.env)
         self.serve = serve
         self.processes.append(serve)
-        first = await Chatops.worker({**self.env, **(first_worker_env or {})}, *first_worker_args)
-        self.workers = [first] + [await Chatops.worker(self.env) for _ in range(workers - 1)]
-        self.worker = self.workers[0]
+        for n in range(workers):
+            env = {**self.env, **(first_worker_env or {})} if n == 0 else self.env
+            self.workers.append(await Chatops.worker(env, *(first_worker_args if n == 0 else ())))
         self.processes.extend(self.workers)
         if scheduler_interval is not None:
             self.processes.append(await Chatops.scheduler(self.env, scheduler_interval))
+
+    @property
+    def worker(self) -> Chatops:
+        """The first worker started."""
+        return self.workers[0]
 
     async def add_worker(self, extra_env: dict[str, str] | None = None, *args: str) -> Chatops:
         """Start one more worker (with `extra_env`, e.g. a failpoint, on top of the common)."""

@@ -1,7 +1,7 @@
 """Loopback processes shared by the test fixtures and the benchmarks: a free port, redis-server.
 
 Redis is never faked: tests and benches start a real `redis-server` bound to 127.0.0.1 on a
-free port, without persistence, in a directory of their own.
+free port, in a directory of their own, without persistence unless a test asks for it.
 """
 
 from __future__ import annotations
@@ -24,8 +24,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def spawn_redis(workdir: str | Path) -> tuple[subprocess.Popen[bytes], int]:
+def spawn_redis(
+    workdir: str | Path, *config: str, port: int | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
     """Start redis-server on a free loopback port and wait until it answers PING.
+
+    `config` is appended to the command line (e.g. `--appendonly yes`: a later directive wins);
+    `port` restarts a server on the port it had (over the same `workdir`, its data).
 
     Raises:
         RuntimeError: redis-server is not installed, or would not start.
@@ -33,8 +38,9 @@ def spawn_redis(workdir: str | Path) -> tuple[subprocess.Popen[bytes], int]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed: run `make test`, which installs it")
+    wanted = port
     for _ in range(5):
-        port = free_port()
+        port = free_port() if wanted is None else wanted
         proc = subprocess.Popen(
             [
                 binary,
@@ -50,6 +56,7 @@ def spawn_redis(workdir: str | Path) -> tuple[subprocess.Popen[bytes], int]:
                 str(workdir),
                 "--loglevel",
                 "warning",
+                *config,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
