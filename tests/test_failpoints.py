@@ -1,4 +1,4 @@
-"""A worker killed at named points; another worker finishes the analysis (RELIABILITY H1, Q3).
+"""A worker killed at named points; another takes its analysis over (H1, Q3, Q4, Q12, W5).
 
 Why this way: a crash is a process dying with no cleanup, so the first worker runs with
 `CHATOPS_FAILPOINTS` and SIGKILLs itself at the named point; a second worker, started after
@@ -6,6 +6,11 @@ that death, takes the pending entry over once the lease expires. What must hold 
 it shows: the provider never answered a request with a 400 (the history stayed valid), a tool
 that had finished was not run again, the turn settled once as completed, and the thread has
 one card, final. Marked slow.
+
+Q12 (a restarted worker recovers its predecessor's pending entries): consumer names are per
+process, so a restart never depends on re-reading its own pending list; the new process takes
+the dead one's entries over with `XAUTOCLAIM`, which is what these tests start after each
+death. W5 (no second model call for a recorded turn): the fake provider's request count.
 """
 
 from __future__ import annotations
