@@ -5,6 +5,8 @@ armed point kills the process with SIGKILL, as an OOM kill or a lost node would:
 runs, which is the point. Points:
 
 - `after_model_response`: a model response was booked (its calls not started yet);
+- `mid_tool`: a tool call has done its work (its side effect happened) but its result is not
+  journaled yet;
 - `after_tool_result`: a tool result was journaled (the rest of its batch may still run);
 - `before_final_card`: the analysis settled; its final card is not shown yet;
 - `during_reclaim`: an abandoned entry was just taken over, before it runs.
@@ -12,21 +14,30 @@ runs, which is the point. Points:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from agent_core import RunEvent
+from agent_core import RunEvent, Tool, Toolset
 from agent_core.events import EventSource
 from agent_core.loop import EventSink
+from agent_core.tools.base import ToolContext
 
 __all__ = ["POINTS", "Failpoints"]
 
 log = logging.getLogger(__name__)
 
 POINTS = frozenset(
-    {"after_model_response", "after_tool_result", "before_final_card", "during_reclaim"}
+    {
+        "after_model_response",
+        "mid_tool",
+        "after_tool_result",
+        "before_final_card",
+        "during_reclaim",
+    }
 )
 
 
@@ -65,3 +76,17 @@ class Failpoints:
                 self.hit("after_tool_result")
 
         return on_event
+
+    def toolset(self, toolset: Toolset) -> Toolset:
+        """The tools, each hitting `mid_tool` once its work is done (as they are when unarmed)."""
+        if "mid_tool" not in self.armed:
+            return toolset
+        return Toolset.of(self._wrapped(tool) for tool in toolset)
+
+    def _wrapped(self, tool: Tool) -> Tool:
+        async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
+            result = await tool.handler(args, ctx)
+            self.hit("mid_tool")
+            return result
+
+        return dataclasses.replace(tool, handler=handler)

@@ -168,11 +168,12 @@ async def open_worker(
         http = httpx.AsyncClient()
         stack.push_async_callback(http.aclose)
         keys = BotKeys()
-        toolset = Toolset.of([http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)])
         try:
             failpoints = Failpoints.parse(settings.failpoints)
         except ValueError as exc:
             raise BotConfigError(f"CHATOPS_FAILPOINTS: {exc}") from exc
+        tools = [http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)]
+        toolset = failpoints.toolset(Toolset.of(tools))
         runtime = Runtime(
             model=model,
             redis=redis,

@@ -29,7 +29,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize(
     ("point", "tool_runs"),
-    [("after_model_response", 0), ("after_tool_result", 1), ("before_final_card", 1)],
+    [
+        ("after_model_response", 0),
+        ("mid_tool", 2),  # its effect happened, unjournaled: a read-only call runs again
+        ("after_tool_result", 1),
+        ("before_final_card", 1),
+    ],
 )
 async def test_a_worker_killed_at_a_failpoint_is_taken_over(
     deployment, fake_llm, slack_api, slow_service, point, tool_runs
