@@ -102,6 +102,7 @@ class Actor:
     async def give_up(self, job: TurnJob, lease: Lease, reason: str) -> None:
         """End an analysis that cannot be run (a poison job): settled failed, card final."""
         chain, publisher = await self._begin(job, lease)
+        await publisher.attach()  # its workers posted a card: end that one, post no other
         await self._shielded(self._turns.settle_unfinished(chain, reason))
         await self._shielded(publisher.finish(chain.tracker.final(CardStatus.FAILED, error=reason)))
 

@@ -1,4 +1,4 @@
-"""Workers that die, pause or race over the turns stream (RELIABILITY Q5, Q6, Q8, Q9).
+"""Workers that die, pause or race over the turns stream (RELIABILITY Q5–Q9).
 
 Why this way: each row is about processes and the real stream, so the tests run `chatops
 serve` and `chatops worker` processes against one real Redis, stop or kill them with real
@@ -17,9 +17,11 @@ import pytest
 
 from bot.keys import BotKeys
 from bot.settle import Book
-from tests.deployment import slack_session
+from bot.worker import MAX_DELIVERIES
+from tests.deployment import Deployment, slack_session
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
+from tests.processes import Chatops
 from tests.slack_view import card_text, cards_in, final_card, stop_buttons
 
 pytestmark = pytest.mark.slow
@@ -139,3 +141,45 @@ async def test_q9_an_entry_deleted_while_pending_ends_its_card_as_interrupted(
     summary: Any = await deployment.redis.xpending(KEYS.turns_stream, KEYS.turns_group)
     assert summary["pending"] == 0  # the lost entry no longer sits in the pending list
     assert len(fake_llm.requests) == 1 and slow_service.hits == []  # nothing ran again
+
+
+async def test_q7_a_job_that_kills_every_worker_is_dead_lettered_and_its_card_fails(
+    deployment, fake_llm, slack_api, slow_service
+) -> None:
+    fake_llm.script(  # every delivery gets as far as the model's answer, and dies there
+        *[
+            fp.ToolCallsReply([fp.ToolCall("http_get", {"url": slow_service.url("/ok")})])
+            for _ in range(MAX_DELIVERIES)
+        ]
+    )
+    armed = {"CHATOPS_FAILPOINTS": "after_model_response"}
+    await deployment.start(workers=1, first_worker_env=armed)
+    thread = sg.slack_ts()
+    await deployment.slack(sg.slack_app_mention(ts=thread))
+    deaths = 0
+    while await _died_before_a_dead_letter(deployment, deployment.workers[-1]):
+        deaths += 1  # killed by the job; the next worker takes it over once the lease expired
+        assert deaths <= MAX_DELIVERIES, "the job was never set aside"
+        await deployment.add_worker(armed)
+
+    settled = await deployment.next_settle()
+    assert settled.reason == "failed" and "could not be run" in (settled.error or ""), settled
+    await deployment.released(slack_session(thread))
+    letters: Any = await deployment.redis.xrange(KEYS.dead_letters)
+    ((_, dead),) = letters
+    assert int(dead[b"deliveries"]) > MAX_DELIVERIES
+    assert len(fake_llm.requests) == deaths  # the delivery that set it aside ran nothing
+    assert len(cards_in(slack_api, thread)) == 1  # every worker, the last one too, on one card
+    assert await deployment.redis.xlen(KEYS.turns_stream) == 0
+    final = final_card(slack_api, thread)
+    assert "Failed" in card_text(final) and not stop_buttons(final)
+
+
+async def _died_before_a_dead_letter(deployment: Deployment, worker: Chatops) -> bool:
+    """Wait until `worker` dies (True) or a job is dead-lettered (False)."""
+    async with asyncio.timeout(30):
+        while worker.proc.poll() is None:
+            if await deployment.redis.xread({KEYS.dead_letters: "0-0"}, count=1, block=200):
+                return False
+    assert worker.proc.returncode == -9, worker.log
+    return True

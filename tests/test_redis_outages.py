@@ -1,4 +1,4 @@
-"""Redis crashing or pausing under the bot; the ingress stopping mid-request (Q1, Q11, W7).
+"""Redis crashing, pausing or not persisting; the ingress stopping mid-request (Q1, Q2, Q11, W7).
 
 Why this way: these rows are about a real Redis process (killed with SIGKILL and restarted on
 its AOF, or paused with SIGSTOP) under the real `chatops` processes, so each test starts a
@@ -29,6 +29,7 @@ from tests.deployment import SECRET, Deployment, slack_session
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.loopback import spawn_redis, stop_process
+from tests.processes import Chatops
 from tests.slack_view import card_text, cards_in, final_card, stop_buttons
 
 pytestmark = pytest.mark.slow
@@ -159,3 +160,18 @@ async def test_w7_a_webhook_in_flight_when_the_ingress_stops_is_answered_truthfu
     assert response.status_code in (200, 503), response.text
     if response.status_code == 200:
         assert stored == 1  # never a 200 for an event that was not written
+
+
+@pytest.mark.parametrize(
+    "own_redis", [("--appendonly", "yes", "--appendfsync", "everysec")], indirect=True
+)
+async def test_q2_a_production_worker_refuses_a_redis_without_aof(
+    deploy_env, own_redis: OwnRedis
+) -> None:
+    production = {**deploy_env, "CHATOPS_PRODUCTION": "true"}
+    refused = Chatops(["worker"], production)  # the shared test Redis runs without AOF
+    assert await asyncio.to_thread(refused.proc.wait, 20) == 2
+    assert "appendonly" in refused.log and "Traceback" not in refused.log
+
+    durable = await Chatops.worker({**production, "REDIS_URL": own_redis.url})
+    assert await durable.stop() == 0
