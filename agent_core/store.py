@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, WatchError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_core.errors import StoreError
 from agent_core.keys import Keys
@@ -31,9 +33,9 @@ from agent_core.messages import (
 __all__ = ["Fence", "HistoryStore", "TurnStart", "map_redis_errors"]
 
 TURN_KEY_TTL_S = 7 * 24 * 3600
+"""How long per-turn bookkeeping (begun marker, journal) is kept."""
 FENCED_WRITE_ATTEMPTS = 5
 """A fenced write whose WATCH saw the key change (a heartbeat) is checked and tried again."""
-"""How long per-turn bookkeeping (begun marker, journal) is kept."""
 
 # Starts a turn in one round trip: refuses a tombstoned turn, appends the turn's inputs once
 # (a re-run of the same turn id does not append them again), moves every queued steer into the
@@ -152,7 +154,9 @@ class HistoryStore:
         The fence key is WATCHed: a lease that moves between the check and the EXEC aborts
         the transaction, so a refused writer changes nothing. The holder's own heartbeat also
         touches the key (it renews the expiry); an aborted transaction is therefore checked
-        again and retried while the token still holds, a few times at most.
+        again and retried while the token still holds, a few times at most. redis-py also
+        reports a connection lost while watching as a `WatchError`; that one is not retried:
+        its EXEC may have been applied, and a history write must never happen twice.
         """
         for _ in range(FENCED_WRITE_ATTEMPTS):
             with map_redis_errors(action):
@@ -166,7 +170,9 @@ class HistoryStore:
                     try:
                         await pipe.execute()
                         return
-                    except WatchError:
+                    except WatchError as exc:
+                        if _connection_lost(exc):  # EXEC may have been applied: never twice
+                            raise StoreError(f"{action}: connection lost mid-write") from exc
                         continue  # the key changed: check the token again
         raise StoreError(f"{action}: fenced (the lease kept moving meanwhile)")
 
@@ -241,3 +247,11 @@ class HistoryStore:
             elif isinstance(message, ToolMessage):
                 results[message.call_id] = message
         return batch, results
+
+
+def _connection_lost(exc: WatchError) -> bool:
+    """Whether redis-py raised `exc` for a dropped connection rather than an aborted EXEC."""
+    cause = exc.__cause__ or exc.__context__
+    return isinstance(cause, RedisConnectionError | RedisTimeoutError | OSError) or (
+        "occurred while watching" in str(exc)
+    )

@@ -7,12 +7,16 @@ real store and the real runtime (against the strict fake provider) as the older 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import redis.asyncio as aioredis
 
 from agent_core import (
     AssistantMessage,
     Failed,
     Fence,
+    HistoryStore,
     StoreError,
     TurnRequest,
     UserMessage,
@@ -95,3 +99,69 @@ async def test_a_zombie_neither_acknowledges_nor_hands_over(redis_client) -> Non
 
     assert await stream.ack(entry.id, holder)
     assert await redis_client.xlen(KEYS.turns_stream) == 0
+
+
+class ExecReplyDropper:
+    """A TCP proxy to Redis that, once armed, drops the connection instead of EXEC's reply.
+
+    The transaction was applied, and the client cannot know it.
+    """
+
+    def __init__(self, redis_port: int) -> None:
+        self.redis_port, self.armed, self.port = redis_port, False, 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> ExecReplyDropper:
+        self._server = await asyncio.start_server(self._pipe, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _pipe(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.redis_port)
+        dropping = asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._upstream(client_r, up_w, dropping))
+            group.create_task(self._downstream(up_r, client_w, dropping))
+
+    async def _upstream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dropping: asyncio.Event
+    ) -> None:
+        while data := await reader.read(65536):
+            if self.armed and b"EXEC" in data:
+                self.armed = False
+                dropping.set()  # before Redis can answer
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    async def _downstream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dropping: asyncio.Event
+    ) -> None:
+        while (data := await reader.read(65536)) and not dropping.is_set():
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+
+async def test_a_write_whose_reply_was_lost_is_not_made_twice(redis_server, redis_client) -> None:
+    """Invariant 1: the history holds each closed group once, even when EXEC's reply is lost."""
+    lease = KEYS.live_turn(SESSION)
+    await redis_client.set(lease, "5|worker-a|t1")
+    fence = Fence(lease, 5)
+    port = int(redis_server.rsplit(":", 1)[1].split("/")[0])
+    async with ExecReplyDropper(port) as proxy:
+        through = aioredis.Redis(port=proxy.port)
+        store = HistoryStore(through)
+        try:
+            await store.begin_turn(SESSION, "t1", [UserMessage(content="why?")], fence)
+            proxy.armed = True
+            with pytest.raises(StoreError, match="connection lost"):
+                await store.append_closed(SESSION, "t1", [AssistantMessage(content="once")], fence)
+        finally:
+            await through.aclose()
+    history = [m.role for m in await HistoryStore(redis_client).load(SESSION)]
+    assert history == ["user", "assistant"]  # applied, and only once
