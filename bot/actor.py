@@ -35,6 +35,7 @@ from bot.progress import CardTracker
 from bot.queue import TurnJob
 from bot.settle import SettleWriter
 from bot.takeover import Takeover, continued_card
+from bot.task_errors import cause_of
 from bot.turn_chain import Chain, TurnChain
 from cards.model import CardStatus, ProgressCard
 
@@ -180,10 +181,8 @@ class Actor:
                         flusher.cancel()
                 finally:
                     beat.cancel()
-        except* LeaseLost as lost:
-            raise lost.exceptions[0] from None
-        except* Exception as failed:  # one cause, not "unhandled errors in a TaskGroup"
-            raise failed.exceptions[0] from None
+        except* Exception as failed:  # one cause, a lost lease first
+            raise cause_of(failed, first=LeaseLost)  # noqa: B904 (`from` would drop its cause)
 
     async def _shielded(self, work: Coroutine[Any, Any, object]) -> None:
         """Run cleanup that must happen, shielded from cancellation and time-bounded."""

@@ -49,6 +49,10 @@ return 0
 """
 
 
+TICK_TIMEOUT_S = 60.0
+"""The longest one reaper tick may take (or three intervals, if longer)."""
+
+
 class LeaderLock:
     """At most one holder at a time; held while renewed within its TTL."""
 
@@ -78,9 +82,15 @@ class Scheduler:
     async def tick(self) -> SweepReport | None:
         """One run of the reaper job, if this process leads."""
         try:
-            if not await self._lock.hold():
-                return None
-            report = await self._reaper.sweep()
+            # Bounded: the client waits a stalled Redis out, and one hung tick would hold up
+            # every later one (`max_instances=1`); each step of a sweep is idempotent.
+            async with asyncio.timeout(max(TICK_TIMEOUT_S, 3 * self.interval_s)):
+                if not await self._lock.hold():
+                    return None
+                report = await self._reaper.sweep()
+        except TimeoutError:
+            log.warning("reaper sweep took too long; next tick goes on with it")
+            return None
         except Exception:
             log.exception("reaper sweep failed; next tick retries")
             return None

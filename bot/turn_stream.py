@@ -107,6 +107,27 @@ class TurnStream:
                 k.turns_stream, k.turns_group, consumer, 0, [entry_id], justid=True
             )
 
+    async def give_back(self, consumer: str, entry_id: str) -> None:
+        """Undo the count of a takeover that did not happen: the session is busy.
+
+        `XAUTOCLAIM` counts a delivery before the claimer can see the session's lease; an
+        entry waiting behind a long analysis of its session, or one whose worker lives, would
+        otherwise collect deliveries it never ran and be dead-lettered for nothing.
+        """
+        k = self._keys
+        delivered = await self.deliveries(entry_id)
+        if delivered > 1:
+            with map_redis_errors("give turn back"):
+                await self._redis.xclaim(
+                    k.turns_stream,
+                    k.turns_group,
+                    consumer,
+                    0,
+                    [entry_id],
+                    retrycount=delivered - 1,
+                    justid=True,
+                )
+
     async def deliveries(self, entry_id: str) -> int:
         """How many times the entry was delivered; 0 when it is no longer pending."""
         k = self._keys

@@ -43,6 +43,7 @@ CONNECT_TIMEOUT_S = 5.0
 KEEPALIVE_IDLE_S = 10
 KEEPALIVE_INTERVAL_S = 5
 KEEPALIVE_PROBES = 3
+UNACKNOWLEDGED_MS = 30_000
 
 INSTRUCTIONS = (
     "You are chatops, an SRE assistant in an incident thread. Investigate with your tools, "
@@ -106,14 +107,16 @@ def worker_redis(url: str) -> aioredis.Redis:
     retried after a timeout may run twice. Without it a command waits for its answer (it is
     sent once); every blocking command carries a server-side timeout of its own, cleanup is
     bounded by the caller, and a holder that waits past its lease is fenced off when it
-    resumes (RELIABILITY Q5, Q11). TCP keepalive probes, which a paused but living server
-    still answers, find a peer that is really gone in about half a minute. A URL that sets
-    `socket_timeout` still wins.
+    resumes (RELIABILITY Q5, Q11). A peer that is really gone is found by the kernel, which
+    a paused but living server still answers: keepalive probes on an idle connection, and
+    `TCP_USER_TIMEOUT` for a command whose bytes are never acknowledged, both in about half a
+    minute. A URL that sets `socket_timeout` still wins.
     """
     keepalive = {
         socket.TCP_KEEPIDLE: KEEPALIVE_IDLE_S,
         socket.TCP_KEEPINTVL: KEEPALIVE_INTERVAL_S,
         socket.TCP_KEEPCNT: KEEPALIVE_PROBES,
+        socket.TCP_USER_TIMEOUT: UNACKNOWLEDGED_MS,
     }
     return aioredis.Redis.from_url(
         url,

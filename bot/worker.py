@@ -29,8 +29,9 @@ from agent_core.interrupts import checkpoint, until_set
 from bot.actor import Actor
 from bot.failpoints import Failpoints
 from bot.keys import BotKeys
-from bot.lease import Lease, Leases
+from bot.lease import Lease, LeaseLost, Leases
 from bot.queue import Queue, TurnJob
+from bot.task_errors import cause_of
 from bot.turn_stream import Entry, TurnStream
 
 __all__ = ["MAX_DELIVERIES", "Worker", "WorkerOptions"]
@@ -49,7 +50,8 @@ class WorkerOptions:
     concurrency: int = 8
     """Analyses run at once."""
     block_s: float = 2.0
-    """One blocking stream read; under redis-py's 5 s socket timeout."""
+    """One blocking stream read; under redis-py's default 5 s socket timeout, for a client that
+    keeps one (the worker's own client has none, see `bot.wiring.worker_redis`)."""
 
 
 class Worker:
@@ -159,9 +161,10 @@ class Worker:
             lease = await self._lease_for(entry, job) if reclaimed else None
             if reclaimed and lease is None:
                 return  # its worker is alive (or it was dead-lettered): not ours to run
-            async with self._kept(entry.id):
+            async with self._kept(entry.id) as held:
                 if lease is None:
                     lease = await self._leases.acquire(job.session_id, self.name, job.turn_id)
+                held.lease = lease
                 try:
                     await self._actor.run(job, lease)
                     await self._ack(entry.id, lease)
@@ -176,26 +179,37 @@ class Worker:
             self._slots.release()
 
     @asynccontextmanager
-    async def _kept(self, entry_id: str) -> AsyncIterator[None]:
-        """Keep the entry claimed (fresh idle time) while the body runs; see `TurnStream.keep`."""
+    async def _kept(self, entry_id: str) -> AsyncIterator[_Held]:
+        """Keep the entry claimed, and its lease once taken, alive until the body is done.
+
+        The entry's idle time is reset (see `TurnStream.keep`) and the lease renewed every
+        third of the TTL, also after the actor's heartbeat stopped: a final card that takes
+        long to deliver must not let the lease expire before the entry is acknowledged.
+        """
+        held = _Held()
         try:
             async with asyncio.TaskGroup() as group:
-                keeper = group.create_task(self._keep(entry_id))
+                keeper = group.create_task(self._keep(entry_id, held))
                 try:
-                    yield
+                    yield held
                 finally:
                     keeper.cancel()
         except* Exception as failed:  # the body's own error, not "unhandled errors in a group"
-            raise failed.exceptions[0] from None
+            raise cause_of(failed)  # noqa: B904 (`from` would drop its cause)
 
-    async def _keep(self, entry_id: str) -> None:
+    async def _keep(self, entry_id: str, held: _Held) -> None:
         interval = self._leases.ttl_s / 3
         while True:
             await asyncio.sleep(interval)
             try:
                 await self._stream.keep(self.name, entry_id)
+                if held.lease is not None:
+                    await self._leases.renew(held.lease)
+            except LeaseLost as exc:  # taken over: the actor learns it from its own heartbeat
+                log.warning("turn entry %s: %s", entry_id, exc)
+                held.lease = None
             except StoreError as exc:  # a blip: the next beat tries again
-                log.warning("turn entry %s not kept claimed (%s)", entry_id, exc)
+                log.warning("turn entry %s not kept (%s)", entry_id, exc)
 
     async def _lease_for(self, entry: Entry, job: TurnJob) -> Lease | None:
         """The lease of a taken-over entry's session when its worker is really gone.
@@ -205,6 +219,12 @@ class Worker:
         """
         lease = await self._leases.try_acquire(job.session_id, self.name, job.turn_id)
         if lease is None:
+            log.warning(
+                "turn entry %s was idle past the lease TTL, but %s is busy: left pending",
+                entry.id,
+                job.session_id,
+            )
+            await self._stream.give_back(self.name, entry.id)  # a claim, not a delivery
             return None
         deliveries = await self._stream.deliveries(entry.id)
         if not deliveries:
@@ -249,6 +269,13 @@ class Worker:
             raise
         except Exception as exc:
             log.warning("lease of %s not released (it will expire): %s", lease.session_id, exc)
+
+
+@dataclass(slots=True)
+class _Held:
+    """What a running entry's keeper keeps alive besides the entry: its lease, once taken."""
+
+    lease: Lease | None = None
 
 
 def _job_of(entry: Entry) -> TurnJob | None:

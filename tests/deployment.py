@@ -123,10 +123,21 @@ class Deployment:
         return SettleRecord.model_validate_json(fields[b"record"])
 
     async def released(self, session: str, timeout_s: float = 30.0) -> None:
-        """Wait for the worker to release the session's lease: the card is final by then."""
+        """Wait until the session's lease is free and its card's final state was delivered.
+
+        The lease-free ring only wakes the wait: a token left by an earlier release (of a
+        drained worker, say) does not end it.
+        """
+        lease, card = KEYS.live_turn(session), KEYS.card(session)
         async with asyncio.timeout(timeout_s):
-            while not await self.redis.blpop([KEYS.lease_free(session)], timeout=BLOCK_MS / 1000):
-                pass
+            while True:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.exists(lease)
+                    pipe.hmget(card, ["final", "delivered"])
+                    held, (final, delivered) = await pipe.execute()
+                if not held and final == b"1" and delivered == b"1":
+                    return
+                await self.redis.blpop([KEYS.lease_free(session)], timeout=BLOCK_MS / 1000)
 
     async def holder(self, session: str) -> Chatops:
         """The worker process holding the session's lease (its name is in its log)."""

@@ -21,6 +21,7 @@ from bot.worker import MAX_DELIVERIES
 from tests.deployment import Deployment, slack_session
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
+from tests.fakes.service import SlowService
 from tests.processes import Chatops
 from tests.slack_view import card_text, cards_in, final_card, stop_buttons
 
@@ -32,6 +33,58 @@ KEYS = BotKeys()
 async def test_q5_a_paused_worker_that_wakes_after_a_takeover_changes_nothing(
     deployment, fake_llm, slack_api, slow_service
 ) -> None:
+    zombie, session, thread = await _pause_the_holder_until_taken_over(
+        deployment, fake_llm, slow_service
+    )
+    slow_service.release("db")
+    completed = await deployment.next_settle()
+    assert completed.reason == "completed", completed
+    await deployment.released(session)
+    shown_before = len(slack_api.calls)
+
+    zombie.signal(signal.SIGCONT)  # wakes with a tool result for a turn it no longer holds
+    await zombie.wait_for_line("not acknowledged")  # its XACK was refused
+    settles: Any = await deployment.redis.xrange(KEYS.book(Book.SETTLES))
+    assert len(settles) == 1  # its settle was refused
+    assert len(fake_llm.requests) == 2  # it did not go on with the model
+    late = [
+        c
+        for c in slack_api.calls[shown_before:]
+        if c.status == 200 and c.operation.startswith("chat.")
+    ]
+    assert late == []  # its card updates were refused
+    final = final_card(slack_api, thread)
+    assert "Taken over" in card_text(final) and not stop_buttons(final)
+
+
+async def test_q5_a_paused_worker_that_wakes_while_the_new_holder_runs_cannot_ack_its_entry(
+    deployment, fake_llm, slack_api, slow_service
+) -> None:
+    zombie, session, thread = await _pause_the_holder_until_taken_over(
+        deployment, fake_llm, slow_service
+    )
+    zombie.signal(signal.SIGCONT)  # the new holder (B) is still waiting on its probe
+    await zombie.wait_for_line("not acknowledged")  # an unfenced XACK would drop B's entry
+    summary: Any = await deployment.redis.xpending(KEYS.turns_stream, KEYS.turns_group)
+    assert summary["pending"] == 1  # still B's to acknowledge
+    assert await deployment.holder(session) is not zombie
+
+    slow_service.release("db")
+    completed = await deployment.next_settle()
+    assert completed.reason == "completed", completed
+    await deployment.released(session)
+    assert len(fake_llm.requests) == 2
+    assert await deployment.redis.xlen(KEYS.turns_stream) == 0  # B acknowledged it
+    shown = [card_text(c) for c in slack_api.calls_to("chat.update") if c.status == 200]
+    assert not any("Failed" in text or "Interrupted" in text for text in shown)
+    final = final_card(slack_api, thread)
+    assert "Taken over" in card_text(final) and not stop_buttons(final)
+
+
+async def _pause_the_holder_until_taken_over(
+    deployment: Deployment, fake_llm: fp.FakeProvider, slow_service: SlowService
+) -> tuple[Chatops, str, str]:
+    """Two workers; SIGSTOP the one running a held probe until the other runs it again."""
     fake_llm.script(
         fp.ToolCallsReply([fp.ToolCall("http_get", {"url": slow_service.url("/hold/db")})]),
         fp.TextReply("Taken over: the database answered."),
@@ -44,26 +97,7 @@ async def test_q5_a_paused_worker_that_wakes_after_a_takeover_changes_nothing(
     zombie = await deployment.holder(session)
     zombie.signal(signal.SIGSTOP)  # paused past its lease: the other worker (B) takes over
     await slow_service.wait_for_hits(2)  # the interrupted read-only probe runs again there
-    slow_service.release("db")
-    completed = await deployment.next_settle()
-    assert completed.reason == "completed", completed
-    await deployment.released(session)
-    shown_before = len(slack_api.calls)
-
-    zombie.signal(signal.SIGCONT)  # wakes with a tool result for a turn it no longer holds
-    await zombie.wait_for_line("not acknowledged")  # its XACK was refused: the entry is B's
-    assert "fenced (the lease has moved on)" in zombie.log  # so were its journal writes
-    settles: Any = await deployment.redis.xrange(KEYS.book(Book.SETTLES))
-    assert len(settles) == 1  # its settle was refused
-    assert len(fake_llm.requests) == 2  # it did not go on with the model
-    late = [
-        c
-        for c in slack_api.calls[shown_before:]
-        if c.status == 200 and c.operation.startswith("chat.")
-    ]
-    assert late == []  # its card updates were refused
-    final = final_card(slack_api, thread)
-    assert "Taken over" in card_text(final) and not stop_buttons(final)
+    return zombie, session, thread
 
 
 async def test_q6_of_two_idle_workers_exactly_one_takes_an_abandoned_entry_over(
@@ -183,3 +217,28 @@ async def _died_before_a_dead_letter(deployment: Deployment, worker: Chatops) ->
                 return False
     assert worker.proc.returncode == -9, worker.log
     return True
+
+
+async def test_q7_an_entry_waiting_for_its_busy_session_is_not_counted_as_a_delivery(
+    deployment, fake_llm, slack_api
+) -> None:
+    fake_llm.script(fp.TextReply("Ran once its session was free."))
+    await deployment.start(workers=0)
+    thread = sg.slack_ts()
+    session = slack_session(thread)
+    await deployment.slack(sg.slack_app_mention(ts=thread))
+    # its worker died right after reading it, and the session is busy with another holder
+    await deployment.redis.xreadgroup(KEYS.turns_group, "ghost", {KEYS.turns_stream: ">"})
+    await deployment.redis.set(KEYS.live_turn(session), "99|elsewhere|turn-x", px=60_000)
+    worker = await deployment.add_worker()
+    await worker.wait_for_line("is busy: left pending")  # claimed, and given back
+    pending: Any = await deployment.redis.xpending_range(
+        KEYS.turns_stream, KEYS.turns_group, min="-", max="+", count=10
+    )
+    assert [p["times_delivered"] for p in pending] == [1]
+    await deployment.redis.delete(KEYS.live_turn(session))  # the session frees up
+
+    settled = await deployment.next_settle()
+    assert settled.reason == "completed", settled
+    await deployment.released(session)
+    assert "Ran once" in card_text(final_card(slack_api, thread))
