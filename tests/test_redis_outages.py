@@ -175,3 +175,31 @@ async def test_q2_a_production_worker_refuses_a_redis_without_aof(
 
     durable = await Chatops.worker({**production, "REDIS_URL": own_redis.url})
     assert await durable.stop() == 0
+
+
+@pytest.mark.parametrize(
+    "own_redis", [("--appendonly", "yes", "--appendfsync", "always")], indirect=True
+)
+async def test_q11_a_redis_restarted_mid_analysis_is_ridden_out(
+    own_redis: OwnRedis, on_own_redis: Deployment, fake_llm, slack_api, slow_service
+) -> None:
+    fake_llm.script(
+        fp.ToolCallsReply([fp.ToolCall("http_get", {"url": slow_service.url("/hold/db")})]),
+        fp.TextReply("Redis restarted; the database is fine."),
+    )
+    await on_own_redis.start(workers=1)
+    thread = sg.slack_ts()
+    await on_own_redis.slack(sg.slack_app_mention(ts=thread))
+    await slow_service.wait_for_hits(1)
+    own_redis.crash_and_restart()  # every connection the worker had is gone
+    # idle pooled connections are found dead when next taken (redis-py reconnects them)
+    slow_service.release("db")
+
+    settled = await on_own_redis.next_settle(timeout_s=60)
+    assert settled.reason == "completed", (settled.error, on_own_redis.worker.log)
+    await on_own_redis.released(slack_session(thread))
+    assert on_own_redis.worker.proc.poll() is None
+    assert [r.status for r in fake_llm.requests] == [200, 200]
+    assert len(cards_in(slack_api, thread)) == 1
+    final = final_card(slack_api, thread)
+    assert "Redis restarted" in card_text(final) and not stop_buttons(final)
