@@ -27,6 +27,7 @@ from tests.fakes.openai_provider import (
     UNANSWERED_CALLS,
     ErrorReply,
     FakeProvider,
+    Reply,
     TextReply,
     ToolCall,
     ToolCallsReply,
@@ -401,3 +402,52 @@ async def test_exhausted_script_answers_500_once(fake_llm: FakeProvider) -> None
 
     assert "script is exhausted" in str(caught.value)
     assert [r.status for r in fake_llm.requests] == [500]  # x-should-retry: false
+
+
+async def test_a_responder_answers_each_request_from_its_own_messages(
+    fake_llm: FakeProvider,
+) -> None:
+    seen: list[int] = []
+
+    def respond(messages: list[dict[str, Any]]) -> Reply:
+        seen.append(len(messages))
+        if messages[-1]["role"] == "tool":
+            return TextReply(f"answered {messages[-1]['tool_call_id']}")
+        return ToolCallsReply([ToolCall("get_logs", id=f"call_{messages[0]['content']}")])
+
+    fake_llm.respond_with(respond)
+    fake_llm.script(TextReply("the script is not used while a responder is set"))
+    async with sdk(fake_llm) as client:
+        first = await client.chat.completions.create(model="m", messages=[USER])
+        again = await client.chat.completions.create(model="m", messages=[USER])  # a repeat
+        broken = [USER, assistant_calls("call_a"), USER]
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(model="m", messages=broken)
+        history = [USER, assistant_calls("call_a"), tool_result("call_a")]
+        chunks = await collect(client, history)
+
+    assert first.choices[0].message.tool_calls is not None
+    assert again.choices[0].message.tool_calls == first.choices[0].message.tool_calls
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "answered call_a"
+    assert seen == [1, 1, 3]  # the broken history got its 400 without reaching the responder
+    assert [r.status for r in fake_llm.requests] == [200, 200, 400, 200]
+    assert fake_llm.remaining == 1
+
+
+async def test_a_failing_responder_answers_500_without_retries(fake_llm: FakeProvider) -> None:
+    def respond(messages: list[dict[str, Any]]) -> Reply:
+        raise LookupError("no conversation matches")
+
+    fake_llm.respond_with(respond)
+    async with sdk(fake_llm, max_retries=2) as client:
+        with pytest.raises(openai.InternalServerError) as caught:
+            await collect(client)
+        fake_llm.respond_with(None)  # back to the (empty) script
+        with pytest.raises(openai.InternalServerError) as exhausted:
+            await collect(client)
+
+    assert "responder failed" in str(caught.value) and "no conversation matches" in str(
+        caught.value
+    )
+    assert "script is exhausted" in str(exhausted.value)
+    assert [r.status for r in fake_llm.requests] == [500, 500]

@@ -13,6 +13,11 @@ Contract:
 * Otherwise the next scripted reply is consumed FIFO, one per request. When the script is
   empty the answer is a 500 that says so, with ``x-should-retry: false`` so the SDK does not
   retry it: a test that makes an unexpected request fails at once and loudly.
+* Or, with a responder set (:meth:`FakeProvider.respond_with`), the reply is whatever the
+  responder decides from the request's (valid) ``messages``: for many interleaved
+  conversations whose requests may be repeated (a worker killed mid-stream asks again), where a
+  global FIFO script cannot know which conversation comes next. A responder that raises gets
+  the same non-retried 500, with its error.
 * Streams use the real wire format: blank-line separated ``data: {json}`` events of
   ``chat.completion.chunk`` objects; tool calls as one header delta per call followed by
   argument fragments; a final empty delta with ``finish_reason``; an optional usage chunk;
@@ -59,6 +64,7 @@ __all__ = [
     "FakeProvider",
     "RecordedRequest",
     "Reply",
+    "Responder",
     "TextReply",
     "ToolCall",
     "ToolCallsReply",
@@ -92,6 +98,9 @@ DUPLICATE_CALL_ID = (
 
 EXHAUSTED = "FakeProvider script is exhausted: no reply was scripted for request #{n}."
 """Message of the 500 served when a request arrives and the script is empty."""
+
+RESPONDER_FAILED = "FakeProvider responder failed on request #{n}: {error}"
+"""Message of the 500 served when the responder raised."""
 
 
 def _random_id(prefix: str, length: int) -> str:
@@ -212,6 +221,16 @@ class ErrorReply:
 
 Reply = TextReply | ToolCallsReply | ErrorReply
 """Anything :meth:`FakeProvider.script` accepts."""
+
+Responder = Callable[[list[dict[str, Any]]], Reply]
+"""Decides the reply to one valid request from its ``messages``; see ``respond_with``."""
+
+
+def _status_of(reply: Reply | None) -> int:
+    """The HTTP status a reply is served with (None: the exhausted script's 500)."""
+    if reply is None:
+        return 500
+    return reply.status if isinstance(reply, ErrorReply) else 200
 
 
 def _error_body(message: str, type_: str, param: str | None, code: str | None) -> dict[str, Any]:
@@ -562,6 +581,7 @@ class FakeProvider(LoopbackServer):
             tuple[Callable[[], bool], asyncio.AbstractEventLoop, asyncio.Event]
         ] = []
         self._script: deque[Reply] = deque()
+        self._responder: Responder | None = None
         self._requests: list[RecordedRequest] = []
         self._aborted = 0
         self._generation = 0
@@ -584,10 +604,28 @@ class FakeProvider(LoopbackServer):
         with self._state:
             self._script.extend(replies)
 
+    def respond_with(self, responder: Responder | None) -> None:
+        """Answer every valid request with ``responder(messages)`` instead of the script.
+
+        The responder is called once per request that passed the history check (a broken
+        history still gets its 400 and never reaches it), on the server's event loop thread,
+        one request at a time: it must answer at once. ``None`` goes back to the FIFO script.
+
+        Example:
+            >>> def reply(messages):
+            ...     if messages[-1]["role"] == "tool":
+            ...         return TextReply("All probes answered.")
+            ...     return ToolCallsReply([ToolCall("http_get", {"url": "http://h/a"})])
+            >>> fake.respond_with(reply)
+        """
+        with self._state:
+            self._responder = responder
+
     def reset(self) -> None:
-        """Clear the script, the records and the abort count; release held responses."""
+        """Clear the script, the responder, the records and the aborts; release held answers."""
         with self._state:
             self._script.clear()
+            self._responder = None
             self._requests.clear()
             self._aborted = 0
             self._generation += 1
@@ -677,15 +715,27 @@ class FakeProvider(LoopbackServer):
         self._notify()
 
     def _take(self, request: Request, body: dict[str, Any], arrived: float) -> Reply | None:
-        """Pop the next reply and record the request with the status it will get."""
+        """Pop the next reply (or ask the responder) and record the request with its status."""
+        with self._state:
+            responder = self._responder
+        if responder is not None:
+            answer = self._ask(responder, body)
+            with self._state:
+                self._record(request, body, arrived, _status_of(answer))
+            return answer
         with self._state:
             reply = self._script.popleft() if self._script else None
-            if reply is None:
-                status = 500
-            else:
-                status = reply.status if isinstance(reply, ErrorReply) else 200
-            self._record(request, body, arrived, status)
+            self._record(request, body, arrived, _status_of(reply))
             return reply
+
+    def _ask(self, responder: Responder, body: dict[str, Any]) -> Reply:
+        """The responder's reply; a non-retried 500 saying why when it raised."""
+        messages = body.get("messages")
+        try:
+            return responder(messages if isinstance(messages, list) else [])
+        except Exception as exc:
+            message = RESPONDER_FAILED.format(n=len(self.requests) + 1, error=repr(exc))
+            return ErrorReply(500, message, headers={"x-should-retry": "false"})
 
     async def _chat(self, request: Request) -> Response | _HeldResponse:
         arrived = time.monotonic()

@@ -1,22 +1,27 @@
 """A small HTTP service for the `http_get` tool to investigate, with controllable slowness.
 
 `GET /hold/<name>` answers only when the test releases `<name>` (or after 30 s); `GET /ok`
-answers at once; anything else is 404. Every request is recorded when it arrives and when it is
-answered or abandoned, so tests can check which probes ran and in what order.
+answers at once; `GET /slow/<ms>/<id>` answers after `<ms>` milliseconds (at most 30 s), so a
+worker killed meanwhile abandons it, and a unique `<id>` tells each probe's runs apart; anything
+else is 404. Every request is recorded when it arrives and when it is answered or abandoned, so
+tests can check which probes ran and in what order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 __all__ = ["Hit", "SlowService", "slow_service"]
 
 HOLD_LIMIT_S = 30.0
+_SLOW = re.compile(r"/slow/(?P<ms>[0-9]{1,6})/(?P<id>[A-Za-z0-9._-]+)")
 
 
 @dataclass
@@ -116,21 +121,34 @@ class SlowService:
             return 200, "service healthy"
         if path.startswith("/hold/"):
             name = path.removeprefix("/hold/")
-            loop = asyncio.get_running_loop()
-            gate = loop.create_task(self._gate(name).wait())  # both drained below
-            gone = loop.create_task(reader.read(1))  # EOF: the client went away
-            try:
-                done, _ = await asyncio.wait(
-                    {gate, gone}, timeout=HOLD_LIMIT_S, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                gate.cancel()
-                gone.cancel()
-                await asyncio.wait({gate, gone})
-            if gate in done:
+            if await _unless_gone(reader, self._gate(name).wait(), HOLD_LIMIT_S):
                 return 200, f"upstream {name}: connection pool exhausted (503 from db-primary)"
             return 0, ""
+        slow = _SLOW.fullmatch(path)
+        if slow is not None:
+            delay_s = min(int(slow["ms"]) / 1000, HOLD_LIMIT_S)
+            if await _unless_gone(reader, asyncio.sleep(delay_s), HOLD_LIMIT_S + 1):
+                return 200, f"probe {slow['id']}: healthy after {slow['ms']} ms"
+            return 0, ""
         return 404, "not found"
+
+
+async def _unless_gone(
+    reader: asyncio.StreamReader, waited: Coroutine[Any, Any, object], limit_s: float
+) -> bool:
+    """Await `waited` (at most `limit_s`): True when it ended before the client went away."""
+    loop = asyncio.get_running_loop()
+    done_waiting = loop.create_task(waited)  # both drained below
+    gone = loop.create_task(reader.read(1))  # EOF: the client went away
+    try:
+        done, _ = await asyncio.wait(
+            {done_waiting, gone}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        done_waiting.cancel()
+        gone.cancel()
+        await asyncio.wait({done_waiting, gone})
+    return done_waiting in done
 
 
 @pytest.fixture
