@@ -93,6 +93,9 @@ def worker(
                 loop.add_signal_handler(signum, drain)
             typer.echo(f"chatops worker {running.name}: reading turns", err=True)
             await running.run()
+            # Drained: from here on a further SIGTERM or SIGINT stays pending, never delivered
+            # (closing the loop would restore their default action, death by the signal).
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
             typer.echo(f"chatops worker {running.name}: drained", err=True)
 
     try:

@@ -56,6 +56,7 @@ class TurnStream:
         self._redis = redis
         self._keys = keys
         self._ack = redis.register_script(_ACK)
+        self._cursor = "0-0"
 
     async def read(self, consumer: str, block_ms: int) -> list[Entry]:
         """New entries for `consumer` (at most one), waiting up to `block_ms` for one."""
@@ -69,11 +70,14 @@ class TurnStream:
             entries.extend(Entry(_text(entry_id), dict(fields)) for entry_id, fields in items)
         return entries
 
-    async def claim_idle(self, consumer: str, min_idle_ms: int) -> list[Entry]:
+    async def claim_idle(self, consumer: str, min_idle_ms: int) -> tuple[list[Entry], bool]:
         """Take over (at most one) entry pending longer than `min_idle_ms` on any consumer.
 
         `XAUTOCLAIM` is lock-free and atomic: of two workers claiming at once exactly one gets
-        an entry (RELIABILITY Q6), and a claimer that dies leaves nothing held (Q4).
+        an entry (RELIABILITY Q6), and a claimer that dies leaves nothing held (Q4). Each call
+        scans a bounded part of the pending list and goes on where the last one stopped, so
+        an abandoned entry behind many live ones is reached too. Returns the entries and
+        whether the scan went through the whole list.
         """
         k = self._keys
         with map_redis_errors("reclaim turns"):
@@ -82,9 +86,10 @@ class TurnStream:
                 k.turns_group,
                 consumer,
                 min_idle_time=min_idle_ms,
-                start_id="0-0",
+                start_id=self._cursor,
                 count=1,
             )
+        self._cursor = _text(reply[0])
         deleted = reply[2] if len(reply) > 2 else []
         for entry_id in deleted:
             log.warning(
@@ -92,7 +97,8 @@ class TurnStream:
                 "finalized once its lease expires",
                 _text(entry_id),
             )
-        return [Entry(_text(entry_id), dict(fields)) for entry_id, fields in reply[1] if fields]
+        claimed = [Entry(_text(entry_id), dict(fields)) for entry_id, fields in reply[1] if fields]
+        return claimed, self._cursor == "0-0"
 
     async def keep(self, consumer: str, entry_id: str) -> None:
         """Reset the entry's idle time while its job runs (or waits for its session's lease).

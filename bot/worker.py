@@ -4,9 +4,9 @@ Several workers may run at once (one consumer group, one consumer name each). A 
 with `XREADGROUP`, its session's lease is acquired (a second job of a busy session waits for
 the release), the actor runs the analysis, and the entry is acknowledged (fenced by the lease,
 see `bot.turn_stream`) before the lease is released. Every task is owned by the worker's task
-group. `stop()` drains: live turns are handed over at their next cut. An idle worker takes over
-entries left pending by a dead one once their lease has expired, and sets aside (dead-letters)
-an entry that keeps killing its workers.
+group. `stop()` drains: live turns are handed over at their next cut. A worker with a free slot
+takes over entries left pending by a dead one once their lease has expired (looking once per
+lease TTL, busy or idle), and sets aside (dead-letters) an entry that keeps killing its workers.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._slots = asyncio.Semaphore(self._options.concurrency)
         self._stream = TurnStream(redis, self._keys)
-        self._reclaimed_at = float("-inf")
+        self._next_reclaim = float("-inf")
         self.finished = 0
         """Jobs acknowledged, for tests and metrics."""
         self._progress = asyncio.Condition()
@@ -120,7 +120,15 @@ class Worker:
                 group.create_task(self._handle(entry, reclaimed=reclaimed))
 
     async def _next_entry(self) -> tuple[Entry | None, bool]:
-        """A new entry; else, idle, one abandoned by a dead worker (True); else None."""
+        """An entry abandoned by a dead worker (True), else a new one (False), else None.
+
+        Abandoned entries go first, busy or idle: they are the oldest work, and a worker that
+        only looked for them while idle would leave them to the reaper under a steady stream
+        of new mentions.
+        """
+        reclaimed = await self._reclaim()
+        if reclaimed:
+            return reclaimed[0], True
         block_ms = int(self._options.block_s * 1000)
         try:
             read = await until_set(self._stopping, self._stream.read(self.name, block_ms))
@@ -128,29 +136,27 @@ class Worker:
             log.warning("cannot read the turns stream (%s); retrying", exc)
             await until_set(self._stopping, asyncio.sleep(self._options.block_s))
             return None, False
-        if isinstance(read, list) and read:
-            return read[0], False
-        if self._stopping.is_set():
-            return None, False
-        reclaimed = await self._reclaim()
-        return (reclaimed[0] if reclaimed else None), True
+        return (read[0] if isinstance(read, list) and read else None), False
 
     async def _reclaim(self) -> list[Entry]:
         """Take over an entry another worker left pending longer than a lease lasts.
 
-        Only while idle, and at most once per lease TTL. The entry's session lease decides
-        whether it is really abandoned (see `_handle`); an entry of a live analysis goes back
-        untouched, to be looked at again one TTL later.
+        Scans go on while they find work, then rest one lease TTL (and none starts while
+        stopping): a worker that died with several analyses has them all taken over at once.
+        The entry's session lease decides whether it is really abandoned (see `_lease_for`).
         """
-        now = time.monotonic()
-        if now - self._reclaimed_at < self._leases.ttl_s:
+        if self._stopping.is_set() or time.monotonic() < self._next_reclaim:
             return []
-        self._reclaimed_at = now
         try:
-            return await self._stream.claim_idle(self.name, int(self._leases.ttl_s * 1000))
+            claimed, scanned = await self._stream.claim_idle(
+                self.name, int(self._leases.ttl_s * 1000)
+            )
         except StoreError as exc:
             log.warning("cannot reclaim turns (%s)", exc)
-            return []
+            claimed, scanned = [], True
+        if scanned and not claimed:
+            self._next_reclaim = time.monotonic() + self._leases.ttl_s
+        return claimed
 
     async def _handle(self, entry: Entry, *, reclaimed: bool = False) -> None:
         try:

@@ -66,6 +66,8 @@ async def test_w1_w6_an_idle_worker_exits_on_sigterm_and_a_second_signal_changes
     await deployment.start()
     deployment.worker.signal(signal.SIGTERM)
     deployment.worker.signal(signal.SIGINT)
+    await deployment.worker.wait_for_line("drained")
+    deployment.worker.signal(signal.SIGTERM)  # while it exits: must not kill it
     assert await asyncio.to_thread(deployment.worker.proc.wait, 10) == 0
     assert "drained" in deployment.worker.log
     assert "Traceback" not in deployment.worker.log

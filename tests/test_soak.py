@@ -15,9 +15,10 @@ fake provider answers from each request's history (its responder mode), since a 
 cannot follow thirty interleaved analyses whose requests are repeated after a kill.
 
 What is read at the end, and where:
-- settled: the settles book, the last settle of every analysis is terminal, and `completed`;
-  the stream holds no entry once every worker has stopped (but a reaped analysis's, below); no
-  job was dead-lettered; every SIGTERMed worker drained and exited 0 within its grace;
+- settled: the settles book, the last settle of every analysis is terminal, and `completed`
+  (never the reaper's "interrupted": workers were running to take every analysis over); the
+  stream holds no entry once every worker has stopped; no job was dead-lettered; every
+  SIGTERMed worker drained and exited 0 within its grace;
 - cards final: the fake Slack API, one card per thread, its last state shows the answer and has
   no Stop button;
 - no rejected history: every request the fake provider saw was a 200 (it answers a broken
@@ -26,11 +27,6 @@ What is read at the end, and where:
   messages (the provider saw it in the history); a run of that probe arriving at the slow
   service after that first request is a violation. An interrupted probe may run again (it is
   read-only, RELIABILITY W3/W4); only finished ones count.
-
-One exception, a known bug in bot/ (REAPED_UNDER_LOAD): an analysis whose worker was killed
-may be ended by the reaper as "interrupted" instead of resumed, because busy workers do not take
-abandoned entries over. Such an analysis must still settle once, truthfully, on one final card
-that says "Interrupted"; the test then reports xfail, after every other check has run.
 
 Marked slow and soak. The size is `CHATOPS_SOAK_ANALYSES` (default 30, the size CI runs); run
 with `-s` to see the one-line summary.
@@ -56,8 +52,6 @@ import pytest
 
 from agent_core import SettleReason, SettleRecord
 from bot.keys import BotKeys
-from bot.queue import TurnJob
-from bot.reaper import INTERRUPTED_ERROR
 from tests.deployment import Deployment, slack_session
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
@@ -80,13 +74,6 @@ DRAIN_WAIT_S = 30.0
 COMPLETED, FAILED = SettleReason.COMPLETED, SettleReason.FAILED
 SETTLED = {COMPLETED, FAILED, SettleReason.STOPPED}
 """Reasons that end an analysis (`drained` hands it over; nothing here steers or cancels)."""
-REAPED_UNDER_LOAD = (
-    "known bug: {count} killed analyses reaped as interrupted while workers ran. A worker takes "
-    "an abandoned entry over only after a stream read that found nothing new (2 s), one entry "
-    "at a time, so while mentions keep coming none does, and the reaper ends the analysis after "
-    "its 5 s resume grace. Remove this xfail once busy workers take abandoned entries over."
-)
-"""Why the soak cannot yet require every analysis to complete (every other check still ran)."""
 
 pytestmark = [
     pytest.mark.slow,
@@ -309,31 +296,22 @@ async def test_w8_rolling_restarts_leave_every_analysis_settled_with_a_final_car
 
     # Every analysis settled, and completed: a drained turn is resumed by the worker that reads
     # its hand-over job, a killed one by a worker once its lease expired, both on the same
-    # card. The only other end tolerated is the reaper's "interrupted" (see REAPED_UNDER_LOAD
-    # below): it is wrong while workers run, and it must at least be truthful. Any other end
-    # (`failed` for another reason, `stopped`: nobody stops anything here) fails the soak.
+    # card. Any other end (the reaper's "interrupted" while workers ran, `failed` for another
+    # reason, `stopped`: nobody stops anything here) fails the soak.
     last = {session_of[s]: records[-1] for s, records in settles.items()}
-    reaped = {t for t, r in last.items() if (r.reason, r.error) == (FAILED, INTERRUPTED_ERROR)}
-    wrong = {
-        t: (r.reason.value, r.error)
-        for t, r in last.items()
-        if r.reason is not COMPLETED and t not in reaped
-    }
+    wrong = {t: (r.reason.value, r.error) for t, r in last.items() if r.reason is not COMPLETED}
     assert not wrong, f"{wrong}\n{story(deployment, chaos, settles, set(settles))}"
-    left: Any = await deployment.redis.xrange(KEYS.turns_stream)  # acknowledged is deleted
-    left_threads = {session_of[TurnJob.model_validate_json(f[b"job"]).session_id] for _, f in left}
-    assert left_threads <= reaped  # a reaped analysis's entry may wait for an idle worker
+    assert await deployment.redis.xlen(KEYS.turns_stream) == 0  # acknowledged is deleted
     assert await deployment.redis.xlen(KEYS.dead_letters) == 0
     assert exits == [0] * len(terminated), f"{exits}\n" + "\n".join(chaos.timeline)
     assert remaining == [0] * len(remaining)  # and the last ones drained too
 
-    # Every card final: one per thread, showing the answer (or, reaped, the interruption),
-    # without a Stop button.
+    # Every card final: one per thread, showing the answer, without a Stop button.
     for n, thread in enumerate(threads):
         assert len(cards_in(slack_api, thread)) == 1, thread
         final = final_card(slack_api, thread)
-        shown = "Interrupted" if thread in reaped else answer_text(n)
-        assert shown in card_text(final) and not stop_buttons(final), card_text(final)
+        assert answer_text(n) in card_text(final), card_text(final)
+        assert not stop_buttons(final), card_text(final)
 
     # Zero histories rejected by the provider (nor any other error).
     statuses = Counter(r.status for r in fake_llm.requests)
@@ -344,9 +322,7 @@ async def test_w8_rolling_restarts_leave_every_analysis_settled_with_a_final_car
     finished = finished_at(fake_llm.requests)
     rerun = reruns_after_finish(hits, finished)
     assert rerun == [], f"{rerun}\n" + "\n".join(chaos.timeline)
-    completed = {f"a{n}-" for n, t in enumerate(threads) if t not in reaped}
-    ran = {h.path for h in hits if h.path.rpartition("/")[2].startswith(tuple(completed))}
-    assert ran <= set(finished)
+    assert {h.path for h in hits} <= set(finished)  # every probe that ran did finish
 
     runs = Counter(h.path for h in hits)
     resumed = sum(w.log.count("resuming turn") for w in deployment.workers)
@@ -354,12 +330,10 @@ async def test_w8_rolling_restarts_leave_every_analysis_settled_with_a_final_car
     kinds = chaos.kinds()
     print(
         f"\nsoak: {ANALYSES} analyses in {time.monotonic() - started:.0f} s, "
-        f"{ANALYSES - len(reaped)} completed, {len(reaped)} reaped as interrupted; "
+        f"{sum(r.reason is COMPLETED for r in last.values())} completed; "
         f"signals SIGTERM={kinds['SIGTERM']} SIGKILL={kinds['SIGKILL']}; "
         f"resumed turns {drained + resumed} ({drained} drained, {resumed} taken over); "
         f"probes {len(runs)}, interrupted calls re-run {sum(runs.values()) - len(runs)} "
         f"({sum(h.outcome == 'abandoned' for h in hits)} abandoned); "
         f"model requests {len(fake_llm.requests)} ({fake_llm.aborted_streams} streams cut)"
     )
-    if reaped:
-        pytest.xfail(REAPED_UNDER_LOAD.format(count=len(reaped)))
