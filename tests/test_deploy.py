@@ -51,6 +51,10 @@ DOCKERFILE = DEPLOY / "Dockerfile"
 DOCKERIGNORE = DEPLOY / "Dockerfile.dockerignore"
 COMPOSE = DEPLOY / "docker-compose.yml"
 CHART = DEPLOY / "helm" / "chatops"
+ADAPTERS = ROOT / "bot" / "adapters"
+SLACK_CALL = re.compile(
+    r"\b(chat_postMessage|chat_update|assistant_threads_\w+|users_\w+|conversations_\w+)\("
+)
 
 # The process commands of the external contract (DESIGN.md §5) that a deployment runs.
 CONTRACT_SUBCOMMANDS = {"serve", "worker", "scheduler"}
@@ -775,3 +779,19 @@ def test_redis_url_from_the_secret(helm):
 def test_chart_refuses_values_that_cannot_work(helm, overrides, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
         render(helm, overrides)
+
+
+def test_the_slack_manifest_grants_what_the_bot_calls_and_routes_to_the_ingress() -> None:
+    manifest = yaml.safe_load((DEPLOY / "slack-app-manifest.yaml").read_text())
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    assert {"app_mentions:read", "chat:write", "channels:history", "assistant:write"} <= scopes
+    settings = manifest["settings"]
+    assert {"app_mention", "message.channels"} <= set(settings["event_subscriptions"]["bot_events"])
+    events_url = settings["event_subscriptions"]["request_url"]
+    assert events_url.endswith("/slack/events")  # the ingress's one Slack route
+    assert settings["interactivity"]["is_enabled"]
+    assert settings["interactivity"]["request_url"] == events_url
+    called = {
+        m for path in ADAPTERS.glob("slack*.py") for m in SLACK_CALL.findall(path.read_text())
+    }
+    assert called == {"chat_postMessage", "chat_update", "assistant_threads_setStatus"}
