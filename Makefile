@@ -33,7 +33,8 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-demo: install
+# The embedded Redis of the demo is the system's redis-server (installed here when missing).
+demo: install redis-server
 	$(BIN)/chatops demo
 
 bench: install redis-server
