@@ -234,3 +234,27 @@ async def test_a_steer_mid_batch_is_followed_by_the_next_request(
     assert answer.startswith(LABEL) and "interrupted" in answer and "Next step:" in answer
     assert "v2.14.0" in answer if followed == "/deploys" else "20/20 connections active" in answer
     validate_history(history)
+
+
+async def test_paced_streams_and_repeated_requests_get_the_same_answer() -> None:
+    """Stateless: a request repeated (a resumed turn) gets the same reply, paced or not."""
+    server = LoopbackServer(rehearsal_app(SERVICE_URL, token_delay_s=0.001))
+    server.start()
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="x")
+    asked: list[ChatCompletionMessageParam] = [{"role": "user", "content": "checkout is down"}]
+    try:
+        texts = []
+        for _ in range(2):
+            stream = await client.chat.completions.create(model="m", messages=asked, stream=True)
+            texts.append("".join([c.choices[0].delta.content or "" async for c in stream]))
+        with pytest.raises(openai.BadRequestError, match="messages"):
+            await client.chat.completions.create(model="m", messages=[])
+    finally:
+        await client.close()
+        server.stop()
+    assert texts == [LABEL + "Checking health, logs and metrics in parallel."] * 2
+
+
+def test_a_negative_delay_scale_is_refused() -> None:
+    with pytest.raises(ValueError, match="scale"):
+        demo_service_app(scale=-1)
