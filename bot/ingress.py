@@ -22,8 +22,15 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
+from bot.adapters.console import parse_console, verify_console
 from bot.adapters.slack import SlackIdentity, parse_slack, verify_slack
-from bot.errors import BodyTooLarge, BotConfigError, QueueUnavailable, RequestRejected
+from bot.errors import (
+    BodyTooLarge,
+    BotConfigError,
+    MalformedRequest,
+    QueueUnavailable,
+    RequestRejected,
+)
 from bot.events import ChatEvent
 from bot.metrics import IngressMetrics
 from bot.queue import Queue
@@ -159,6 +166,27 @@ async def _feishu(request: Request, *, card: bool) -> Response:
     return response
 
 
+async def _console(request: Request) -> Response:
+    """The console platform's events: bearer token, then the same path as Slack's events."""
+    ingress: Ingress = request.app.state.ingress
+    token = ingress.settings.console_token
+    if token is None:
+        return JSONResponse({"error": "console is not configured"}, status_code=404)
+    try:
+        verify_console(request.headers, token.get_secret_value())
+        body = await _read_body(request)
+        event = parse_console(body, now=ingress.clock())
+    except RequestRejected as exc:
+        ingress.metrics.rejected.labels("console", str(exc.status)).inc()
+        log.info("console request rejected (%s): %s", exc.status, exc.detail)
+        if isinstance(exc, MalformedRequest):
+            # The client proved it holds the token: tell it which field is wrong (the detail
+            # names a field and the rule it breaks, never the value sent).
+            return JSONResponse({"error": exc.public, "detail": exc.detail}, status_code=400)
+        return _rejected(exc)
+    return await _accept(ingress, event)
+
+
 def _routes(app: FastAPI) -> None:
     # Webhooks are plain Starlette routes: FastAPI's parameter and dependency machinery has
     # nothing to do for a raw-body endpoint, and skipping it was measured in bench/ingress.py.
@@ -190,6 +218,7 @@ def _routes(app: FastAPI) -> None:
     app.add_route("/slack/events", slack_events, methods=["POST"])
     app.add_route("/feishu/events", feishu_events, methods=["POST"])
     app.add_route("/feishu/card", feishu_card, methods=["POST"])
+    app.add_route("/console/events", _console, methods=["POST"])
 
     @app.get("/healthz")
     async def healthz() -> Response:

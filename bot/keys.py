@@ -115,3 +115,12 @@ class BotKeys:
     def approvals(self, session_id: str) -> str:
         """Approval decisions waiting for the session's worker."""
         return f"{self.session.session_prefix(session_id)}:approvals"
+
+    @property
+    def console_cards(self) -> str:
+        """Stream of the console platform's card posts and updates (`chatops console` reads it)."""
+        return f"{self.prefix}:console:cards"
+
+    def console_message(self, message_id: str) -> str:
+        """A console card's message: present while the card may be updated."""
+        return f"{self.prefix}:console:message:{message_id}"

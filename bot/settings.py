@@ -37,6 +37,9 @@ class Settings(BaseSettings):
         default=None, validation_alias="FEISHU_ENCRYPT_KEY"
     )
     feishu_domain: str | None = Field(default=None, validation_alias="FEISHU_DOMAIN")
+    console_token: SecretStr | None = Field(default=None, validation_alias="CHATOPS_CONSOLE_TOKEN")
+    """Enables the console platform (`POST /console/events`, cards on a Redis stream): the
+    bearer token its clients send. Unset: the route answers 404 and no console cards are made."""
     http_allowlist: str = Field(
         default="", validation_alias=AliasChoices("CHATOPS_HTTP_ALLOWLIST", "http_allowlist")
     )

@@ -79,11 +79,18 @@ def pricing_from(settings: Settings) -> Pricing:
     )
 
 
-def platforms_from(settings: Settings) -> dict[Platform, ChatPlatform]:
+def platforms_from(
+    settings: Settings, redis: aioredis.Redis | None = None
+) -> dict[Platform, ChatPlatform]:
     """The card clients of every configured platform.
 
+    Args:
+        settings: Which platforms are configured.
+        redis: The client the console platform writes its cards with (the worker's own);
+            needed only when `CHATOPS_CONSOLE_TOKEN` is set.
+
     Raises:
-        BotConfigError: No platform is configured.
+        BotConfigError: No platform is configured, or the console is without a Redis client.
     """
     platforms: dict[Platform, ChatPlatform] = {}
     if settings.slack_bot_token is not None:
@@ -94,8 +101,17 @@ def platforms_from(settings: Settings) -> dict[Platform, ChatPlatform]:
         from bot.adapters.feishu_cards import FeishuCards
 
         platforms[Platform.FEISHU] = FeishuCards.from_settings(settings)
+    if settings.console_token is not None:
+        if redis is None:
+            raise BotConfigError("the console platform (CHATOPS_CONSOLE_TOKEN) needs Redis")
+        from bot.adapters.console_cards import ConsoleCards
+
+        platforms[Platform.CONSOLE] = ConsoleCards(redis)
     if not platforms:
-        raise BotConfigError("neither Slack (SLACK_BOT_TOKEN) nor Feishu (FEISHU_APP_*) is set")
+        raise BotConfigError(
+            "no platform is set: Slack (SLACK_BOT_TOKEN), Feishu (FEISHU_APP_*) or the console "
+            "(CHATOPS_CONSOLE_TOKEN)"
+        )
     return platforms
 
 
@@ -139,13 +155,13 @@ async def open_clients(
     """
     if redis is None and not settings.redis_url:
         raise BotConfigError("REDIS_URL is not set")
-    platforms = platforms_from(settings)
-    for platform in platforms.values():
-        stack.push_async_callback(platform.aclose)
     if redis is None:
         assert settings.redis_url
-        redis = worker_redis(settings.redis_url)
+        redis = worker_redis(settings.redis_url)  # connects on first use, not here
         stack.push_async_callback(redis.aclose)
+    platforms = platforms_from(settings, redis)
+    for platform in platforms.values():
+        stack.push_async_callback(platform.aclose)
     return redis, platforms
 
 

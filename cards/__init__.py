@@ -1,10 +1,11 @@
-"""Pure rendering of progress cards for Slack and Feishu (no I/O, no platform SDKs).
+"""Pure rendering of progress cards for Slack, Feishu and the console (no I/O, no platform SDKs).
 
 `ProgressCard` is what a person in the thread sees of a turn; `render_slack` and `render_feishu`
-turn it into each platform's JSON within the limits in `cards.limits`. Posting and updating the
-card is `bot`'s job.
+turn it into each platform's JSON within the limits in `cards.limits`, `render_console` into
+plain text for a terminal. Posting and updating the card is `bot`'s job.
 """
 
+from cards.console import render_console
 from cards.feishu import render_feishu
 from cards.limits import (
     ELLIPSIS,
@@ -38,6 +39,7 @@ __all__ = [
     "ProgressCard",
     "SlackLimits",
     "StepState",
+    "render_console",
     "render_feishu",
     "render_slack",
     "slack_text",

@@ -71,6 +71,14 @@ class Bot:
         assert response.status_code == 200, response.text
         return response
 
+    async def console(self, payload: dict[str, Any], *, token: str | None = None) -> httpx.Response:
+        """POST a console event with the settings' token (or `token`); the answer, unchecked."""
+        if token is None:
+            assert self.settings.console_token is not None, "set CHATOPS_CONSOLE_TOKEN"
+            token = self.settings.console_token.get_secret_value()
+        headers = {"authorization": f"Bearer {token}"}
+        return await self.http.post("/console/events", json=payload, headers=headers)
+
     async def start_worker(self, options: ActorOptions | None = None) -> Worker:
         options = options or ActorOptions(publisher=PublisherOptions(min_interval_s=0.05))
         self._worker_cm = open_worker(self.settings, redis=self.redis, actor_options=options)

@@ -365,6 +365,6 @@ def test_truncate_never_exceeds_and_keeps_a_prefix(text: str, limit: int) -> Non
 
 def test_public_surface_is_pinned() -> None:
     expected = """CardStatus CardStep ELLIPSIS FEISHU FeishuLimits Intervention InterventionKind
-        LimitExceeded ProgressCard SLACK SlackLimits StepState render_feishu render_slack
-        slack_text truncate"""
+        LimitExceeded ProgressCard SLACK SlackLimits StepState render_console render_feishu
+        render_slack slack_text truncate"""
     assert sorted(cards.__all__) == sorted(expected.split())

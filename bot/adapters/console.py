@@ -1,0 +1,141 @@
+"""The console platform's inbound side: bearer-token check and normalization of its events.
+
+The console (`chatops console`, `chatops demo`) is a third platform, not a shortcut: its
+requests reach `POST /console/events` on the ingress and become `ChatEvent`s that take the same
+route (dedupe, policy table, queue) as Slack's and Feishu's. Its cards come back on a Redis
+stream (`bot.adapters.console_cards`).
+
+Requests carry `Authorization: Bearer <CHATOPS_CONSOLE_TOKEN>`, compared in constant time. The
+body is one JSON object, validated by `ConsoleMessage` or `ConsoleAction` (unknown fields are
+refused, so a client's typo is a 400 rather than a silently dropped field):
+
+```
+{"type": "message", "channel": "ops", "thread": "t-1", "message_id": "m-1",
+ "user": "alice", "text": "why is checkout slow?", "mention": true}
+{"type": "action", "channel": "ops", "thread": "t-1", "user": "alice",
+ "action": "stop", "value": "<turn id, the card's turn_id>"}
+```
+"""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+
+from bot.errors import MalformedRequest, NotAuthentic
+from bot.events import AuthorKind, ChatEvent, EventKind, Platform
+
+__all__ = [
+    "CONSOLE_WORKSPACE",
+    "ConsoleAction",
+    "ConsoleMessage",
+    "parse_console",
+    "verify_console",
+]
+
+CONSOLE_WORKSPACE = "local"
+"""The workspace of every console event (one console per deployment)."""
+
+_Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+"""A channel, thread, message or user id: never empty, never absurdly long."""
+
+
+class ConsoleMessage(BaseModel):
+    """A message typed in a console thread."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["message"]
+    channel: _Id
+    thread: _Id
+    """The thread's root: the first message's `message_id` for a new thread."""
+    message_id: _Id
+    """Unique per message: it is the event id too, so a client's retry is deduplicated."""
+    user: _Id
+    text: str = Field(max_length=40_000)
+    mention: bool = False
+    """The message addresses the bot (starts an analysis outside a live thread)."""
+
+
+class ConsoleAction(BaseModel):
+    """A press of a card's button (only Stop exists on console cards)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["action"]
+    channel: _Id
+    thread: _Id
+    user: _Id
+    action: Literal["stop"]
+    value: _Id
+    """The turn id the card showed (`turn_id` of the card's JSON)."""
+
+
+_BODY: TypeAdapter[ConsoleMessage | ConsoleAction] = TypeAdapter(
+    Annotated[ConsoleMessage | ConsoleAction, Field(discriminator="type")]
+)
+
+
+def verify_console(headers: Mapping[str, str], token: str) -> None:
+    """Check the bearer token in constant time; raise `NotAuthentic` if it is missing or wrong."""
+    scheme, _, presented = headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not presented:
+        raise NotAuthentic("missing bearer token")
+    if not hmac.compare_digest(presented.strip().encode(), token.encode()):
+        raise NotAuthentic("wrong bearer token")
+
+
+def parse_console(body: bytes, *, now: float) -> ChatEvent:
+    """Validate a console request body and normalize it; `now` is its `sent_at`.
+
+    Raises:
+        MalformedRequest: The body is not JSON or not one of the two shapes; the detail names
+            the first offending field.
+    """
+    try:
+        inbound = _BODY.validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise MalformedRequest(f"{where}: {first['msg']}") from exc
+    if isinstance(inbound, ConsoleMessage):
+        return _message(inbound, now)
+    return _action(inbound, now)
+
+
+def _message(message: ConsoleMessage, now: float) -> ChatEvent:
+    return ChatEvent(
+        platform=Platform.CONSOLE,
+        event_id=message.message_id,
+        workspace=CONSOLE_WORKSPACE,
+        channel=message.channel,
+        thread=message.thread,
+        message_id=message.message_id,
+        author=message.user,
+        author_kind=AuthorKind.HUMAN,
+        text=message.text.strip(),
+        mentioned=message.mention,
+        sent_at=now,
+    )
+
+
+def _action(action: ConsoleAction, now: float) -> ChatEvent:
+    # Each press is its own event (like Slack's `action_ts`): pressing twice is two requests.
+    return ChatEvent(
+        platform=Platform.CONSOLE,
+        event_id=f"action-{uuid.uuid4().hex}",
+        kind=EventKind.ACTION,
+        workspace=CONSOLE_WORKSPACE,
+        channel=action.channel,
+        thread=action.thread,
+        message_id="",
+        author=action.user,
+        author_kind=AuthorKind.HUMAN,
+        action=action.action,
+        action_value=action.value,
+        sent_at=now,
+    )
