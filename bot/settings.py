@@ -6,7 +6,7 @@ working directory is read too. Secrets are `SecretStr`, so they never appear in 
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -39,7 +39,8 @@ class Settings(BaseSettings):
     feishu_domain: str | None = Field(default=None, validation_alias="FEISHU_DOMAIN")
     console_token: SecretStr | None = Field(default=None, validation_alias="CHATOPS_CONSOLE_TOKEN")
     """Enables the console platform (`POST /console/events`, cards on a Redis stream): the
-    bearer token its clients send. Unset: the route answers 404 and no console cards are made."""
+    bearer token its clients send. Unset or empty: the route answers 404 and no console cards
+    are made."""
     http_allowlist: str = Field(
         default="", validation_alias=AliasChoices("CHATOPS_HTTP_ALLOWLIST", "http_allowlist")
     )
@@ -57,3 +58,9 @@ class Settings(BaseSettings):
         default=0.0, ge=0, validation_alias="CHATOPS_PRICE_COMPLETION_PER_MTOK"
     )
     """Price of a million completion tokens."""
+
+    @field_validator("console_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """`CHATOPS_CONSOLE_TOKEN=` (as in `.env.example`) leaves the console off."""
+        return None if value == "" else value

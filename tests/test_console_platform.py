@@ -337,3 +337,12 @@ def test_no_line_is_wider_than_asked_and_no_control_character_survives(width: in
     text = render_console(card, width=width)
     assert max(len(line) for line in text.split("\n")) <= max(width, 30)
     assert not any(ch in text for ch in "\x1b\x07")
+
+
+def test_the_token_is_read_from_the_environment_and_empty_is_off(monkeypatch) -> None:
+    monkeypatch.setenv("CHATOPS_CONSOLE_TOKEN", "from-env")
+    token = Settings(_env_file=None).console_token
+    assert token is not None and token.get_secret_value() == "from-env"
+    assert "from-env" not in repr(Settings(_env_file=None))
+    monkeypatch.setenv("CHATOPS_CONSOLE_TOKEN", "")
+    assert Settings(_env_file=None).console_token is None
