@@ -98,9 +98,10 @@ class ConsoleChannel:
             await self._message(text, mention=False)
 
     async def mention(self, text: str) -> None:
-        """Mention the bot in a new thread."""
-        self.thread = f"{time.time():.6f}"
-        await self._message(text, mention=True)
+        """Mention the bot in a new thread (rooted at this message, as on the platforms)."""
+        message_id = _message_id()
+        self.thread = message_id
+        await self._message(text, mention=True, message_id=message_id)
 
     async def stop(self) -> bool:
         """Press the live card's Stop button; False when nothing runs."""
@@ -139,13 +140,13 @@ class ConsoleChannel:
         self.cards[view.message_id] = view
         return view
 
-    async def _message(self, text: str, *, mention: bool) -> None:
+    async def _message(self, text: str, *, mention: bool, message_id: str = "") -> None:
         await self._post(
             {
                 "type": "message",
                 "channel": self.channel,
                 "thread": self.thread,
-                "message_id": f"{time.time():.6f}-{uuid.uuid4().hex[:6]}",
+                "message_id": message_id or _message_id(),
                 "user": self.user,
                 "text": text,
                 "mention": mention,
@@ -156,6 +157,10 @@ class ConsoleChannel:
         response = await self._http.post("/console/events", json=event, headers=self._auth)
         if response.status_code != 200:
             raise ConsoleRefused(f"{response.status_code}: {response.text}")
+
+
+def _message_id() -> str:
+    return f"{time.time():.6f}-{uuid.uuid4().hex[:6]}"
 
 
 class Screen:
