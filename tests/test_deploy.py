@@ -346,7 +346,9 @@ def test_compose_workers_are_several_and_get_time_to_drain():
     replicas = sum(int(w.get("deploy", {}).get("replicas", 1)) for w in workers)
     assert replicas >= 2
     for worker in workers:
-        assert compose_duration_s(worker["stop_grace_period"]) >= MIN_WORKER_GRACE_S
+        _, params = parse_cli(command_list(worker))
+        assert MIN_WORKER_GRACE_S <= params["grace"]  # the drain's own limit (--grace)
+        assert params["grace"] < compose_duration_s(worker["stop_grace_period"])
 
 
 def test_compose_sets_only_known_settings():
@@ -633,6 +635,9 @@ def test_worker_drains_within_its_grace_period(helm):
     assert grace == compose_grace, "compose and Helm give workers the same time to drain"
     pre_stop = container(worker)["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep" and 0 < int(pre_stop[1]) < grace
+    _, params = parse_cli(container(worker)["args"])
+    assert params["grace"] == values["drainGraceSeconds"] >= MIN_WORKER_GRACE_S
+    assert int(pre_stop[1]) + params["grace"] < grace  # the worker leaves before SIGKILL
     # Rolling updates start the replacement before an old worker drains.
     assert worker["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
 

@@ -60,8 +60,8 @@ app.kubernetes.io/part-of: chatops
 {{- if and .Values.redis.url .Values.redis.urlFromSecret }}
 {{- fail "set either redis.url or redis.urlFromSecret, not both" }}
 {{- end }}
-{{- if le (int .Values.worker.terminationGracePeriodSeconds) (int .Values.worker.preStopSleepSeconds) }}
-{{- fail "worker.terminationGracePeriodSeconds must be longer than worker.preStopSleepSeconds: the drain happens after the preStop pause" }}
+{{- if le (int .Values.worker.terminationGracePeriodSeconds) (add (int .Values.worker.preStopSleepSeconds) (int .Values.worker.drainGraceSeconds)) }}
+{{- fail "worker.terminationGracePeriodSeconds must be longer than worker.preStopSleepSeconds plus worker.drainGraceSeconds: the drain happens after the preStop pause, and must end before SIGKILL" }}
 {{- end }}
 {{- end }}
 
