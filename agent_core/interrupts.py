@@ -183,6 +183,9 @@ class TurnSignals:
     stopped_by: str = ""
     on_stop: Callable[[str], None] | None = None
     """Called once, synchronously, when a stop is accepted (the runtime notes it in its trace)."""
+    on_steer: Callable[[], None] | None = None
+    """Called, synchronously, when a steer is queued for the session: it waits for the next
+    cut (and cancels the interruptible calls still running if `steer_cancels_tools`)."""
     _raised: set[Signal] = field(default_factory=set)
     _closing: bool = False
 
@@ -294,8 +297,11 @@ class TurnSignals:
             except RedisError as exc:
                 log.warning("stop rang, tombstone unreadable (%s): stopping anyway", exc)
             self.accept_stop(by)
-        elif note == "steer" and self.steer_cancels_tools:
-            # Only a steer still queued may cancel tools: a ring can outlive its steer.
+        elif note == "steer":
+            # Only a steer still queued counts: a ring can outlive its steer.
             if await self.redis.llen(self.keys.steers(self.session_id)):
-                self._abort("a steer")
+                if self.on_steer is not None:
+                    self.on_steer()
+                if self.steer_cancels_tools:
+                    self._abort("a steer")
         # Rings for other turns of the session are stale wake-ups: the records decide.

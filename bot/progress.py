@@ -92,7 +92,13 @@ class CardTracker:
     def begin_turn(self, turn_id: str) -> None:
         """A (next) turn of the chain starts: the Stop button names it."""
         self._running.clear()
-        self._set(turn_id=turn_id, status=CardStatus.WORKING, pending_calls=0, handed_over=False)
+        self._set(
+            turn_id=turn_id,
+            status=CardStatus.WORKING,
+            pending_calls=0,
+            handed_over=False,
+            redirect_pending=False,
+        )
 
     def handed_over(self) -> None:
         """The turn was drained: another worker continues the analysis on this card."""
@@ -129,6 +135,11 @@ class CardTracker:
             pending_calls=self.in_flight,
             interventions=(*self._card.interventions, stop),
         )
+
+    def redirect_received(self) -> None:
+        """A redirect is queued: the card says so until the turn reaches its cut."""
+        if self._card.status is CardStatus.WORKING and not self._card.redirect_pending:
+            self._set(redirect_pending=True)
 
     def steered(self, steers: list[tuple[str, str]]) -> None:
         """People redirected the analysis: `(who, what they said)` in order."""

@@ -47,9 +47,12 @@ class Settings(BaseSettings):
     """Comma-separated `host` or `host:port` entries the `http_get` tool may reach."""
     lease_ttl_s: float = Field(default=30.0, gt=0, validation_alias="CHATOPS_LEASE_TTL_S")
     production: bool = Field(default=False, validation_alias="CHATOPS_PRODUCTION")
+    """Refuse to start against a Redis that would lose the queue on restart (no AOF)."""
     failpoints: str = Field(default="", validation_alias="CHATOPS_FAILPOINTS")
     """Test only: comma-separated points where a worker kills itself (`bot.failpoints`)."""
-    """Refuse to start against a Redis that would lose the queue on restart (no AOF)."""
+    steer_cancels_tools: bool = Field(default=True, validation_alias="CHATOPS_STEER_CANCELS_TOOLS")
+    """A redirect cancels the interruptible tool calls still running (their results say so);
+    false lets the batch finish first, and the redirect waits for it."""
     price_prompt_per_mtok: float = Field(
         default=0.0, ge=0, validation_alias="CHATOPS_PRICE_PROMPT_PER_MTOK"
     )

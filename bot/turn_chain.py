@@ -158,6 +158,7 @@ class TurnChain:
         )
         signals = self._runtime.signals_for(request)
         signals.on_stop = chain.tracker.stopping
+        signals.on_steer = chain.tracker.redirect_received
         if self._draining:
             signals.raise_local(Signal.DRAIN)
         self._live[chain.job.session_id] = signals

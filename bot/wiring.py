@@ -16,7 +16,7 @@ import httpx
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from agent_core import HostAllowlist, Runtime, Toolset, http_get_tool
+from agent_core import HostAllowlist, LoopLimits, Runtime, Toolset, http_get_tool
 from bot.actor import Actor, ActorOptions
 from bot.errors import BotConfigError
 from bot.events import Platform
@@ -199,6 +199,7 @@ async def open_worker(
             toolset=toolset,
             instructions=INSTRUCTIONS,
             sink=failpoints.sink(),
+            limits=LoopLimits(steer_cancels_tools=settings.steer_cancels_tools),
         )
         leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
         actor = Actor(

@@ -156,6 +156,11 @@ def status_text(card: ProgressCard, escape: Escape) -> str:
             return "Queued — waiting for a worker…"
         case CardStatus.WORKING if card.handed_over:
             return "Continuing on another worker…"
+        case CardStatus.WORKING if card.redirect_pending:
+            running = sum(step.state is StepState.RUNNING for step in card.steps)
+            if running:
+                return f"Redirected — finishing {plural(running, 'in-flight call')} first…"
+            return "Redirected — taking it at the next step…"
         case CardStatus.WORKING:
             return "Investigating…"
         case CardStatus.STOPPING:

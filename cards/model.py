@@ -110,6 +110,9 @@ class ProgressCard:
     """For FAILED: a short reason fit for people."""
     handed_over: bool = False
     """The worker running the analysis is shutting down; another one continues it."""
+    redirect_pending: bool = False
+    """Someone redirected the analysis; it takes the redirect at its next cut, once the calls
+    still running have answered."""
 
     @property
     def is_final(self) -> bool:

@@ -368,3 +368,15 @@ def test_public_surface_is_pinned() -> None:
         LimitExceeded ProgressCard SLACK SlackLimits StepState render_console render_feishu
         render_slack slack_text truncate"""
     assert sorted(cards.__all__) == sorted(expected.split())
+
+
+def test_a_redirect_waiting_for_its_cut_says_what_it_waits_for() -> None:
+    running = CardStep(tool="http_get", args="url=https://s.example/logs")
+    done = CardStep(tool="http_get", args="url=https://s.example/health", state=StepState.DONE)
+    card = ProgressCard(title="t", turn_id="t1", steps=(done, running), redirect_pending=True)
+    assert "Redirected — finishing 1 in-flight call first" in slack_text(card)
+    assert "Redirected — taking it at the next step" in slack_text(
+        ProgressCard(title="t", turn_id="t1", steps=(done,), redirect_pending=True)
+    )
+    answered = card.ended(CardStatus.ANSWERED, answer="ok")
+    assert "Redirected —" not in slack_text(answered)

@@ -45,6 +45,8 @@ async def test_the_demo_plays_a_redirected_and_a_stopped_analysis_and_exits_0() 
     assert demo.returncode == 0, shown
     assert "redis: embedded redis-server" in shown
     assert "model: REHEARSAL" in shown
+    # the redirect waits for the probes in flight: the card says so before the cut
+    assert "Redirected — " in shown
     assert "summary: 2 analyses" in shown
     reasons = re.findall(r"turn \S+: (\w+),", shown)
     assert reasons.count("steered") == 1 and "completed" in reasons and "stopped" in reasons

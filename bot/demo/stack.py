@@ -96,6 +96,8 @@ async def local_stack(
         token = secrets.token_urlsafe(24)
         host = service_url.removeprefix("http://")
         env |= {"CHATOPS_CONSOLE_TOKEN": token, "CHATOPS_HTTP_ALLOWLIST": host}
+        # A redirect waits for the probes in flight, so the card shows the cut at the batch.
+        env.setdefault("CHATOPS_STEER_CANCELS_TOOLS", "false")
         running = LocalStack(redis_url, "", token, service_url, model, workdir, redis_start_s)
         port = free_port()
         running.ingress_url = f"http://127.0.0.1:{port}"
