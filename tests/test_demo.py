@@ -52,6 +52,7 @@ async def test_the_demo_plays_a_redirected_and_a_stopped_analysis_and_exits_0() 
     assert reasons.count("steered") == 1 and "completed" in reasons and "stopped" in reasons
     assert "failed" not in reasons
     assert "cards final: 2 of 2; failed turns: 0" in shown
+    assert "histories the model refused (400): 0" in shown
     assert "demo: ok" in shown
 
 

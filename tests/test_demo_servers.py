@@ -46,6 +46,7 @@ from bot.demo import (
     demo_service_app,
     rehearsal_app,
 )
+from bot.demo.openai_rules import ORPHAN_TOOL_MESSAGE
 from tests.fakes.loopback_server import LoopbackServer
 
 SERVICE_URL = "http://checkout.demo:8080"
@@ -258,3 +259,21 @@ async def test_paced_streams_and_repeated_requests_get_the_same_answer() -> None
 def test_a_negative_delay_scale_is_refused() -> None:
     with pytest.raises(ValueError, match="scale"):
         demo_service_app(scale=-1)
+
+
+async def test_the_rehearsal_refuses_a_broken_history_as_the_real_api_does() -> None:
+    """A tool message that answers nothing gets OpenAI's own 400, and is counted."""
+    app = rehearsal_app(SERVICE_URL)
+    broken = [
+        {"role": "user", "content": "checkout is down"},
+        {"role": "tool", "tool_call_id": "call_x", "content": "an orphan"},
+    ]
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://rehearsal"
+    ) as client:
+        response = await client.post(
+            "/v1/chat/completions", json={"model": "m", "messages": broken}
+        )
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == ORPHAN_TOOL_MESSAGE
+    assert app.state.rejected == 1

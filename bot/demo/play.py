@@ -44,6 +44,8 @@ class DemoSummary:
     settles: list[SettleRecord] = field(default_factory=list)
     steer_to_cut_s: float | None = None
     cards: list[CardView] = field(default_factory=list)
+    provider_400s: int | None = None
+    """Requests the rehearsal model refused as the real API would (None: a real model)."""
 
     @property
     def ok(self) -> bool:
@@ -56,6 +58,7 @@ class DemoSummary:
             and SettleReason.FAILED not in reasons
             and len(self.cards) == 2
             and all(c.final for c in self.cards)
+            and not self.provider_400s
         )
 
     def lines(self) -> list[str]:
@@ -75,6 +78,8 @@ class DemoSummary:
         final = sum(c.final for c in self.cards)
         failed = sum(s.reason is SettleReason.FAILED for s in self.settles)
         out.append(f"  cards final: {final} of {len(self.cards)}; failed turns: {failed}")
+        if self.provider_400s is not None:
+            out.append(f"  histories the model refused (400): {self.provider_400s}")
         out.append("demo: " + ("ok" if self.ok else "FAILED: the story did not happen as told"))
         return out
 
@@ -103,6 +108,8 @@ async def play(stack: LocalStack, redis: aioredis.Redis, out: TextIO) -> DemoSum
     finally:
         await channel.aclose()
     summary = DemoSummary(settles=await _settles(redis, keys), cards=[first, second])
+    if stack.rehearsal is not None:
+        summary.provider_400s = int(stack.rehearsal.state.rejected)
     steered = [s for s in summary.settles if s.reason is SettleReason.STEERED]
     if steered:
         summary.steer_to_cut_s = steered[0].ended_at.timestamp() - steered_at

@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from bot.demo.investigation import ScriptedReply, next_reply
+from bot.demo.openai_rules import check_request
 
 __all__ = ["LABEL", "REHEARSAL_MODEL", "rehearsal_app"]
 
@@ -139,7 +140,8 @@ def rehearsal_app(service_url: str, *, token_delay_s: float = 0.0) -> Starlette:
 
     Returns:
         The ASGI app, serving `POST /v1/chat/completions` and `GET /v1/models`; point
-        `AsyncOpenAI(base_url=".../v1")` at it.
+        `AsyncOpenAI(base_url=".../v1")` at it. `app.state.rejected` counts the requests it
+        answered with a 400 (a history the real API would refuse).
     """
 
     async def chat(request: Request) -> Response:
@@ -147,9 +149,11 @@ def rehearsal_app(service_url: str, *, token_delay_s: float = 0.0) -> Starlette:
             body = await request.json()
         except ValueError:
             return _bad_request("We could not parse the JSON body of your request.")
-        messages = body.get("messages") if isinstance(body, dict) else None
-        if not isinstance(messages, list) or not messages:
-            return _bad_request("Missing required parameter: 'messages'.", "messages")
+        rejection = check_request(body)
+        if rejection is not None:  # the real API's rules, and its 400s
+            app.state.rejected += 1
+            return JSONResponse(rejection.body(), status_code=400)
+        messages = body["messages"]
         wire = [m for m in messages if isinstance(m, dict)]
         encoded = _encode(next_reply(wire, service_url), len(json.dumps(messages)))
         if not body.get("stream"):
@@ -162,9 +166,11 @@ def rehearsal_app(service_url: str, *, token_delay_s: float = 0.0) -> Starlette:
         card = {"id": REHEARSAL_MODEL, "object": "model", "created": 0, "owned_by": "chatops"}
         return JSONResponse({"object": "list", "data": [card]})
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
         ]
     )
+    app.state.rejected = 0  # requests answered 400, as the real API would have
+    return app

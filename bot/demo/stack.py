@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
 from bot.demo.embedded_redis import free_port, spawn_redis, stop_process
@@ -58,6 +59,8 @@ class LocalStack:
     redis_start_s: float | None = None
     """How long the embedded Redis took to answer PING (None: `REDIS_URL` was given)."""
     processes: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
+    rehearsal: Starlette | None = None
+    """The rehearsal model's app (its `state.rejected` counts 400s), None with a real model."""
 
 
 @asynccontextmanager
@@ -85,10 +88,12 @@ async def local_stack(
         service_url = await stack.enter_async_context(_serve_app(demo_service_app(service_scale)))
         env = {**environ, "REDIS_URL": redis_url}
         model = environ.get("OPENAI_BASE_URL") or ""
+        rehearsal: Starlette | None = None
         if not (environ.get("OPENAI_API_KEY") or model):
-            rehearsal = await stack.enter_async_context(_serve_app(rehearsal_app(service_url)))
+            rehearsal = rehearsal_app(service_url)
+            rehearsal_url = await stack.enter_async_context(_serve_app(rehearsal))
             env |= {
-                "OPENAI_BASE_URL": f"{rehearsal}/v1",
+                "OPENAI_BASE_URL": f"{rehearsal_url}/v1",
                 "OPENAI_API_KEY": "rehearsal",
                 "CHATOPS_MODEL": "chatops-rehearsal",
             }
@@ -99,6 +104,7 @@ async def local_stack(
         # A redirect waits for the probes in flight, so the card shows the cut at the batch.
         env.setdefault("CHATOPS_STEER_CANCELS_TOOLS", "false")
         running = LocalStack(redis_url, "", token, service_url, model, workdir, redis_start_s)
+        running.rehearsal = rehearsal
         port = free_port()
         running.ingress_url = f"http://127.0.0.1:{port}"
         args = ("serve", "--host", "127.0.0.1", "--port", str(port))

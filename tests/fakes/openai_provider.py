@@ -53,6 +53,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from bot.demo.openai_rules import (
+    DUPLICATE_CALL_ID,
+    ORPHAN_TOOL_MESSAGE,
+    UNANSWERED_CALLS,
+    check_history,
+    check_request,
+    error_body,
+)
 from tests.fakes.loopback_server import LoopbackServer
 
 __all__ = [
@@ -77,24 +85,6 @@ _ALNUM = string.ascii_letters + string.digits
 _FINGERPRINT = "fp_f4ke0penai"
 _STALL_POLL_S = 0.005
 _WAIT_S = 5.0
-
-UNANSWERED_CALLS = (
-    "An assistant message with 'tool_calls' must be followed by tool messages responding to "
-    "each 'tool_call_id'. The following tool_call_ids did not have response messages: {ids}"
-)
-"""OpenAI's 400 for tool calls without contiguous answers (param ``messages.[i].role``)."""
-
-ORPHAN_TOOL_MESSAGE = (
-    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
-    "with 'tool_calls'."
-)
-"""OpenAI's 400 for a tool message that answers nothing (the typo "preceeding" is real)."""
-
-DUPLICATE_CALL_ID = (
-    "Invalid parameter: Duplicate value for 'tool_call_id' of '{id}', in messages[{first}] "
-    "and messages[{second}]."
-)
-"""OpenAI's 400 for a tool_call_id used twice (param ``messages.[i].tool_call_id``)."""
 
 EXHAUSTED = "FakeProvider script is exhausted: no reply was scripted for request #{n}."
 """Message of the 500 served when a request arrives and the script is empty."""
@@ -199,7 +189,7 @@ class ErrorReply:
 
     def body(self) -> dict[str, Any]:
         """Return the JSON error body."""
-        return _error_body(self.message, self._type(), self.param, self._code())
+        return error_body(self.message, self._type(), self.param, self._code())
 
     def response_headers(self) -> dict[str, str]:
         """Return the headers to send with the error."""
@@ -231,122 +221,6 @@ def _status_of(reply: Reply | None) -> int:
     if reply is None:
         return 500
     return reply.status if isinstance(reply, ErrorReply) else 200
-
-
-def _error_body(message: str, type_: str, param: str | None, code: str | None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-# --- History validation (the strict provider rules) ------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Rejection:
-    message: str
-    param: str | None
-    code: str | None = None
-
-    def body(self) -> dict[str, Any]:
-        return _error_body(self.message, "invalid_request_error", self.param, self.code)
-
-
-def _orphan(index: int) -> _Rejection:
-    return _Rejection(ORPHAN_TOOL_MESSAGE, f"messages.[{index}].role")
-
-
-def _duplicate(call_id: str, first: int, second: int, param: str) -> _Rejection:
-    return _Rejection(DUPLICATE_CALL_ID.format(id=call_id, first=first, second=second), param)
-
-
-def check_request(body: Any) -> _Rejection | None:
-    """Return why OpenAI would reject this request body with a 400, or None if it is valid."""
-    messages = body.get("messages") if isinstance(body, dict) else None
-    if not isinstance(messages, list) or not messages:
-        return _Rejection(
-            "Missing required parameter: 'messages'.", "messages", "missing_required_parameter"
-        )
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            return _Rejection(
-                f"Invalid type for 'messages[{i}]': expected an object.",
-                f"messages[{i}]",
-                "invalid_type",
-            )
-    return check_history(messages)
-
-
-def check_history(messages: Sequence[Mapping[str, Any]]) -> _Rejection | None:
-    """Check tool-call pairing the way the strictest provider does.
-
-    Every assistant tool call id must be non-empty, unique in the request, and answered by
-    exactly one tool message in the contiguous run of tool messages right after it; a tool
-    message anywhere else is an orphan.
-
-    Args:
-        messages: The request's ``messages``.
-
-    Returns:
-        The first violation, or None.
-    """
-    seen: dict[str, int] = {}
-    i = 0
-    while i < len(messages):
-        if messages[i].get("role") == "tool":
-            return _orphan(i)
-        calls = messages[i].get("tool_calls") if messages[i].get("role") == "assistant" else None
-        if not calls:
-            i += 1
-            continue
-        end = i + 1
-        while end < len(messages) and messages[end].get("role") == "tool":
-            end += 1
-        rejection = _check_call_ids(i, calls, seen) or _check_answers(messages, i, end, calls)
-        if rejection is not None:
-            return rejection
-        i = end
-    return None
-
-
-def _check_call_ids(
-    index: int, calls: Sequence[Mapping[str, Any]], seen: dict[str, int]
-) -> _Rejection | None:
-    for k, call in enumerate(calls):
-        call_id = call.get("id")
-        where = f"messages[{index}].tool_calls[{k}].id"
-        if call_id is None:
-            return _Rejection(
-                f"Missing required parameter: '{where}'.", where, "missing_required_parameter"
-            )
-        if call_id == "":
-            return _Rejection(
-                f"Invalid '{where}': empty string. Expected a string with minimum length 1, "
-                "but got an empty string instead.",
-                where,
-                "empty_string",
-            )
-        if call_id in seen:
-            return _duplicate(call_id, seen[call_id], index, f"messages.[{index}].tool_calls")
-        seen[call_id] = index
-    return None
-
-
-def _check_answers(
-    messages: Sequence[Mapping[str, Any]], index: int, end: int, calls: Sequence[Mapping[str, Any]]
-) -> _Rejection | None:
-    expected = [call["id"] for call in calls]
-    answered: dict[str, int] = {}
-    for j in range(index + 1, end):
-        call_id = messages[j].get("tool_call_id")
-        if not isinstance(call_id, str) or call_id not in expected:
-            return _orphan(j)
-        if call_id in answered:
-            return _duplicate(call_id, answered[call_id], j, f"messages.[{j}].tool_call_id")
-        answered[call_id] = j
-    missing = [call_id for call_id in expected if call_id not in answered]
-    if not missing:
-        return None
-    param = f"messages.[{end}].role" if end < len(messages) else "messages"
-    return _Rejection(UNANSWERED_CALLS.format(ids=", ".join(missing)), param)
 
 
 # --- Wire format -----------------------------------------------------------------------------
