@@ -22,6 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from agent_core import Runtime
+from agent_core.interrupts import ControlPlane
 from agent_core.loop import TurnRequest
 from bot.card_publisher import CardPublisher, PublisherOptions
 from bot.card_record import CardRecord
@@ -29,6 +30,7 @@ from bot.events import Platform
 from bot.failpoints import Failpoints
 from bot.followups import Followups
 from bot.keys import BotKeys
+from bot.killswitch import KillSwitch
 from bot.lease import Lease, LeaseLost, Leases
 from bot.platform import CardTarget, ChatPlatform
 from bot.progress import CardTracker
@@ -81,6 +83,8 @@ class Actor:
         self._platforms = platforms
         self._options = options or ActorOptions()
         self._failpoints = failpoints or Failpoints()
+        self._switch = KillSwitch(redis, keys)
+        self._control = ControlPlane(redis, keys.session)
         self._takeover = Takeover(redis, keys, settle, runtime.store)
         self._followups = Followups(redis, keys)
         self._turns = TurnChain(
@@ -116,6 +120,9 @@ class Actor:
         """
         if await self._finished(job, lease):
             return
+        switch = await self._switch.state()
+        if switch.on:  # taken just as the kill switch went on: it stops before the model
+            await self._control.stop(job.session_id, job.turn_id, by=switch.stopper)
         if await self._followups.tombstoned(job):
             outcome = await self._runtime.run(
                 TurnRequest(session_id=job.session_id, turn_id=job.turn_id)

@@ -141,6 +141,60 @@ def scheduler(
 
 
 @app.command()
+def killswitch(
+    action: str = typer.Argument(..., help="on, off or status."),
+    by: str = typer.Option(
+        "", "--by", help="Who pulls it (shown on the stopped cards); default: $USER."
+    ),
+) -> None:
+    """Stop every live analysis at once and start nothing new, on every worker (or undo that).
+
+    on: every live analysis stops as if its Stop button were pressed, its card saying "Stopped
+    by the kill switch"; workers read no new turn until it is off (queued ones wait, none is
+    lost). off: workers read again. status: whether it is on, since when, by whom. Needs
+    REDIS_URL.
+    """
+    import asyncio
+    import getpass
+    from datetime import UTC, datetime
+
+    from bot.killswitch import KillSwitch
+    from bot.settings import Settings
+
+    if action not in ("on", "off", "status"):
+        typer.echo(
+            f"chatops killswitch: unknown action {action!r}: use on, off or status", err=True
+        )
+        raise typer.Exit(2)
+    redis_url = Settings().redis_url
+    if not redis_url:
+        typer.echo("chatops killswitch: REDIS_URL is not set", err=True)
+        raise typer.Exit(2)
+
+    async def main() -> str:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            switch = KillSwitch(client)
+            if action == "on":
+                stopped = await switch.engage(by or getpass.getuser())
+                return f"kill switch on; stopped {len(stopped)} live analyses"
+            if action == "off":
+                was_on = await switch.release()
+                return "kill switch off" if was_on else "kill switch was already off"
+            state = await switch.state()
+            if not state.on:
+                return "kill switch off"
+            since = datetime.fromtimestamp(state.since, UTC).isoformat(timespec="seconds")
+            return f"kill switch on since {since} by {state.by}"
+        finally:
+            await client.aclose()
+
+    typer.echo(asyncio.run(main()))
+
+
+@app.command()
 def console(
     ingress_url: str | None = typer.Option(
         None,

@@ -74,6 +74,11 @@ class BotKeys:
         return f"{self.session.session_prefix(session_id)}:lease-free"
 
     @property
+    def killswitch(self) -> str:
+        """Set while the kill switch is on: who turned it on, and when (JSON)."""
+        return f"{self.prefix}:killswitch"
+
+    @property
     def leases(self) -> str:
         """Sorted set of sessions with a lease, scored by expiry (ms): the reaper's index."""
         return f"{self.prefix}:leases"

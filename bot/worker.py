@@ -29,6 +29,7 @@ from agent_core.interrupts import checkpoint, until_set
 from bot.actor import Actor
 from bot.failpoints import Failpoints
 from bot.keys import BotKeys
+from bot.killswitch import KillSwitch
 from bot.lease import Lease, LeaseLost, Leases
 from bot.queue import Queue, TurnJob
 from bot.task_errors import cause_of
@@ -78,6 +79,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._slots = asyncio.Semaphore(self._options.concurrency)
         self._stream = TurnStream(redis, self._keys)
+        self._switch = KillSwitch(redis, self._keys)
+        self._switch_seen = False
         self._next_reclaim = float("-inf")
         self.finished = 0
         """Jobs acknowledged, for tests and metrics."""
@@ -126,6 +129,8 @@ class Worker:
         only looked for them while idle would leave them to the reaper under a steady stream
         of new mentions.
         """
+        if await self._switched_off():
+            return None, False
         reclaimed = await self._reclaim()
         if reclaimed:
             return reclaimed[0], True
@@ -137,6 +142,22 @@ class Worker:
             await until_set(self._stopping, asyncio.sleep(self._options.block_s))
             return None, False
         return (read[0] if isinstance(read, list) and read else None), False
+
+    async def _switched_off(self) -> bool:
+        """While the kill switch is on, read nothing: wait one read interval (True)."""
+        try:
+            switch = await self._switch.state()
+        except StoreError:
+            return False  # the read that follows meets the same outage, and rides it out
+        if switch.on != self._switch_seen:
+            self._switch_seen = switch.on
+            if switch.on:
+                log.warning("kill switch on (by %s): reading no turns until it is off", switch.by)
+            else:
+                log.warning("kill switch off: reading turns again")
+        if switch.on:
+            await until_set(self._stopping, asyncio.sleep(self._options.block_s))
+        return switch.on
 
     async def _reclaim(self) -> list[Entry]:
         """Take over an entry another worker left pending longer than a lease lasts.
