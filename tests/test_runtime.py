@@ -458,3 +458,26 @@ async def test_a_steer_absorbed_at_turn_start_does_not_cancel_that_turns_tools(
     results = [m for m in history if isinstance(m, ToolMessage)]
     assert [r.status for r in results] == [ToolStatus.OK, ToolStatus.OK]
     assert [p.found for p in outcome.diagnostics.probes] == [None, None, None]
+
+
+async def test_intent_check_a_stop_during_the_model_request_means_its_calls_never_start(
+    make_runtime, fake_llm, slow_service, control
+) -> None:
+    """The batch a response asks for does not start when a stop came while it was requested.
+
+    (Issue 7, intent check: "the fetch still ran after I said stop".) The response has streamed
+    its tool calls but not finished when the person stops; none of its calls may run.
+    """
+    calls = [get(slow_service.url("/ok")), get(slow_service.url("/ok"))]
+    fake_llm.script(fp.ToolCallsReply(calls, stall_after=6))
+    runtime = make_runtime()
+    run = asyncio.create_task(
+        runtime.run(TurnRequest(session_id=SESSION, turn_id="t1", inputs=task()))
+    )
+    await fake_llm.wait_for_requests(1)
+    await control.stop(SESSION, "t1", by="gina")
+    outcome = await run
+    assert isinstance(outcome.result, Stopped) and outcome.result.by == "gina"
+    assert slow_service.hits == []  # not one of the calls started
+    assert "tool_start" not in [e.kind for e in outcome.diagnostics.trace]
+    validate_history(await runtime.store.load(SESSION))
