@@ -393,3 +393,12 @@ async def test_a_non_finite_ts_never_makes_a_job_that_cannot_be_read(
     assert (await post(*signed(_mention_with(ts=ts)))).status_code == 200
     entry = (await redis_client.xrange(KEYS.turns_stream))[0][1][b"job"]
     assert TurnJob.model_validate_json(entry).event.sent_at == 0
+
+
+async def test_a9_an_event_from_another_workspace_is_acknowledged_and_dropped(
+    post, redis_client
+) -> None:
+    foreign = sg.slack_app_mention(ts="1700000000.000900", team_id="T0OTHERTEAM")
+    response = await post(*signed(foreign))
+    assert response.status_code == 200  # acknowledged: Slack must not retry it
+    assert await stream_len(redis_client) == 0  # never acted on

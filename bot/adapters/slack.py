@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import re
 import time
@@ -26,6 +27,8 @@ from bot.errors import MalformedRequest, NotAuthentic
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
 
 __all__ = ["SLACK_WINDOW_S", "SlackIdentity", "SlackInbound", "parse_slack", "verify_slack"]
+
+log = logging.getLogger(__name__)
 
 SLACK_WINDOW_S = 300
 """Requests older or newer than this many seconds are refused (Slack's documented window)."""
@@ -107,10 +110,16 @@ def parse_slack(body: bytes, content_type: str, identity: SlackIdentity) -> Slac
             type: the body is authentic but untrusted input, and its shape is never a 500.
     """
     try:
-        return _parse(body, content_type, identity)
+        inbound = _parse(body, content_type, identity)
     except (TypeError, AttributeError, ValueError, ArithmeticError, RecursionError) as exc:
         # pydantic's ValidationError is a ValueError; absurd JSON nesting is a RecursionError
         raise MalformedRequest(f"unexpected payload shape: {type(exc).__name__}") from exc
+    event = inbound.event
+    if event is not None and identity.team_id and event.workspace not in ("", identity.team_id):
+        # Another workspace's event (RELIABILITY A9): acknowledged, never acted on.
+        log.info("event %s from workspace %s dropped: not ours", event.event_id, event.workspace)
+        return SlackInbound()
+    return inbound
 
 
 def _parse(body: bytes, content_type: str, identity: SlackIdentity) -> SlackInbound:
