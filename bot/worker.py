@@ -17,8 +17,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -27,12 +25,12 @@ from pydantic import ValidationError
 from agent_core import StoreError
 from agent_core.interrupts import checkpoint, until_set
 from bot.actor import Actor
+from bot.entry_keeper import EntryKeeper
 from bot.failpoints import Failpoints
 from bot.keys import BotKeys
 from bot.killswitch import KillSwitch
-from bot.lease import Lease, LeaseLost, Leases
+from bot.lease import Lease, Leases
 from bot.queue import Queue, TurnJob
-from bot.task_errors import cause_of
 from bot.turn_stream import Entry, TurnStream
 
 __all__ = ["MAX_DELIVERIES", "Worker", "WorkerOptions"]
@@ -79,6 +77,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._slots = asyncio.Semaphore(self._options.concurrency)
         self._stream = TurnStream(redis, self._keys)
+        self._keeper = EntryKeeper(self._stream, leases, self.name)
         self._switch = KillSwitch(redis, self._keys)
         self._switch_seen = False
         self._next_reclaim = float("-inf")
@@ -188,7 +187,7 @@ class Worker:
             lease = await self._lease_for(entry, job) if reclaimed else None
             if reclaimed and lease is None:
                 return  # its worker is alive (or it was dead-lettered): not ours to run
-            async with self._kept(entry.id) as held:
+            async with self._keeper.kept(entry.id) as held:
                 if lease is None:
                     lease = await self._leases.acquire(job.session_id, self.name, job.turn_id)
                 held.lease = lease
@@ -204,39 +203,6 @@ class Worker:
             log.exception("turn entry %s failed in the worker; left pending", entry.id)
         finally:
             self._slots.release()
-
-    @asynccontextmanager
-    async def _kept(self, entry_id: str) -> AsyncIterator[_Held]:
-        """Keep the entry claimed, and its lease once taken, alive until the body is done.
-
-        The entry's idle time is reset (see `TurnStream.keep`) and the lease renewed every
-        third of the TTL, also after the actor's heartbeat stopped: a final card that takes
-        long to deliver must not let the lease expire before the entry is acknowledged.
-        """
-        held = _Held()
-        try:
-            async with asyncio.TaskGroup() as group:
-                keeper = group.create_task(self._keep(entry_id, held))
-                try:
-                    yield held
-                finally:
-                    keeper.cancel()
-        except* Exception as failed:  # the body's own error, not "unhandled errors in a group"
-            raise cause_of(failed)  # noqa: B904 (`from` would drop its cause)
-
-    async def _keep(self, entry_id: str, held: _Held) -> None:
-        interval = self._leases.ttl_s / 3
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self._stream.keep(self.name, entry_id)
-                if held.lease is not None:
-                    await self._leases.renew(held.lease)
-            except LeaseLost as exc:  # taken over: the actor learns it from its own heartbeat
-                log.warning("turn entry %s: %s", entry_id, exc)
-                held.lease = None
-            except StoreError as exc:  # a blip: the next beat tries again
-                log.warning("turn entry %s not kept (%s)", entry_id, exc)
 
     async def _lease_for(self, entry: Entry, job: TurnJob) -> Lease | None:
         """The lease of a taken-over entry's session when its worker is really gone.
@@ -296,13 +262,6 @@ class Worker:
             raise
         except Exception as exc:
             log.warning("lease of %s not released (it will expire): %s", lease.session_id, exc)
-
-
-@dataclass(slots=True)
-class _Held:
-    """What a running entry's keeper keeps alive besides the entry: its lease, once taken."""
-
-    lease: Lease | None = None
 
 
 def _job_of(entry: Entry) -> TurnJob | None:
