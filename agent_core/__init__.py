@@ -52,6 +52,8 @@ from agent_core.store import Fence, HistoryStore
 from agent_core.tools import (
     HostAllowlist,
     Interruptibility,
+    RetryPolicy,
+    Risk,
     Tool,
     ToolContext,
     Toolset,
@@ -88,6 +90,8 @@ __all__ = [
     "ModelUnavailable",
     "OpenAIChatModel",
     "RepairReport",
+    "RetryPolicy",
+    "Risk",
     "RunDiagnostics",
     "RunEvent",
     "RunOutcome",

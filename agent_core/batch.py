@@ -1,9 +1,18 @@
 """Running one batch of tool calls in parallel, so that it always closes.
 
 Every call of a batch is answered by exactly one `ToolMessage`, whatever happens: a result, a
-clear error (unknown tool, bad arguments, timeout, failure) or "interrupted". Interruptible calls
-are cancelled when the turn's `abort` event is set (a stop, or a steer); must-complete calls always
-run to their end or timeout. A call that has not started when a stop is accepted never starts.
+clear error (unknown tool, arguments that are not JSON or break the tool's schema, timeout,
+failure) or "interrupted". Arguments are checked before the handler runs (RELIABILITY A2, H2): a
+bad call is answered with an error naming the problem while the batch's other calls run.
+Interruptible calls are cancelled when the turn's `abort` event is set (a stop, or a steer);
+must-complete calls always run to their end or timeout. A call that has not started when a stop
+is accepted never starts.
+
+Retries: an idempotent tool whose attempt fails with a retryable error (`ToolFailed(retryable=
+True)` or a timeout) runs again, as its `RetryPolicy` allows, after a jittered backoff. The
+backoff is raced against the same event as the call itself (`abort` for an interruptible tool),
+so a stop during the wait answers "interrupted" and nothing runs again; a must-complete tool's
+wait ends at a stop, which leaves its last failure as the answer (a stop starts nothing new).
 
 Results are handed to `on_result` one by one as they arrive (for the ledger and the journal); the
 batch returns them in call order.
@@ -31,36 +40,81 @@ def _answer(call: ToolCall, content: str, status: ToolStatus) -> ToolMessage:
     return ToolMessage(call_id=call.id, name=call.name, content=content, status=status)
 
 
-def _parse_arguments(call: ToolCall, tool: Tool) -> Mapping[str, Any]:
+def _parse_arguments(call: ToolCall, toolset: Toolset) -> Mapping[str, Any]:
     try:
         args = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as exc:
         raise ToolFailed(f"arguments are not valid JSON ({exc.msg} at {exc.pos})") from exc
     if not isinstance(args, dict):
         raise ToolFailed("arguments must be a JSON object")
-    missing = [name for name in tool.parameters.get("required", ()) if name not in args]
-    if missing:
-        raise ToolFailed(f"missing required argument(s): {', '.join(missing)}")
+    toolset.check_arguments(call.name, args)
     return args
 
 
+def _retryable(exc: Exception) -> bool:
+    return isinstance(exc, TimeoutError) or (isinstance(exc, ToolFailed) and exc.retryable)
+
+
+async def _attempt(
+    tool: Tool, args: Mapping[str, Any], ctx: ToolContext, signals: TurnSignals
+) -> object:
+    async with asyncio.timeout(tool.timeout_s):
+        if tool.interruptible:
+            return await until_set(signals.abort, tool.handler(args, ctx))
+        return await tool.handler(args, ctx)
+
+
+async def _backoff(tool: Tool, failed_attempt: int, signals: TurnSignals) -> bool:
+    """Wait before the next attempt; return False when a stop (or abort) ended the wait."""
+    event = signals.abort if tool.interruptible else signals.stop
+    waited = await until_set(event, asyncio.sleep(tool.retry.delay_s(failed_attempt)))
+    return waited is not INTERRUPTED
+
+
+async def _call_with_retries(
+    call: ToolCall,
+    tool: Tool,
+    args: Mapping[str, Any],
+    ctx: ToolContext,
+    signals: TurnSignals,
+    diag: RunDiagnostics,
+) -> object:
+    """Run the handler; retry a retryable failure as the tool's policy allows.
+
+    Returns the handler's text or `INTERRUPTED`; raises the last attempt's error.
+    """
+    attempts = tool.retry.attempts if tool.idempotent else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            return await _attempt(tool, args, ctx, signals)
+        except (ToolFailed, TimeoutError) as exc:
+            if attempt == attempts or not _retryable(exc):
+                raise
+            if not await _backoff(tool, attempt, signals):
+                if tool.interruptible:
+                    return INTERRUPTED
+                raise
+        diag.note("tool_retry", call.id)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 async def _execute(
-    call: ToolCall, tool: Tool, ctx: ToolContext, signals: TurnSignals, diag: RunDiagnostics
+    call: ToolCall,
+    tool: Tool,
+    toolset: Toolset,
+    ctx: ToolContext,
+    signals: TurnSignals,
+    diag: RunDiagnostics,
 ) -> ToolMessage:
     if signals.stop.is_set() or (tool.interruptible and signals.abort.is_set()):
         return _answer(
             call, f"not run: interrupted by {signals.abort_reason}", ToolStatus.INTERRUPTED
         )
     try:
-        args = _parse_arguments(call, tool)
+        args = _parse_arguments(call, toolset)
         diag.tool_calls_started += 1
         diag.note("tool_start", call.id)
-        output: str | object
-        async with asyncio.timeout(tool.timeout_s):
-            if tool.interruptible:
-                output = await until_set(signals.abort, tool.handler(args, ctx))
-            else:
-                output = await tool.handler(args, ctx)
+        output = await _call_with_retries(call, tool, args, ctx, signals, diag)
     except ToolFailed as exc:
         return _answer(call, f"error: {exc}", ToolStatus.ERROR)
     except TimeoutError:
@@ -93,7 +147,7 @@ async def _answer_one(
         )
     else:
         try:
-            result = await _execute(call, tool, ctx, signals, diag)
+            result = await _execute(call, tool, toolset, ctx, signals, diag)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

@@ -82,4 +82,13 @@ class HistoryRejected(ModelError):
 
 
 class ToolFailed(AgentError):
-    """Raised by a tool to report a failure the model should see as the tool's result."""
+    """Raised by a tool to report a failure the model should see as the tool's result.
+
+    Attributes:
+        retryable: The failure is transient (a refused connection, say): the batch may run the
+            call again, if the tool is idempotent and its `RetryPolicy` allows more attempts.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable

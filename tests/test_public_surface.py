@@ -29,6 +29,8 @@ def test_tools_package_exports() -> None:
     assert sorted(agent_core.tools.__all__) == [
         "HostAllowlist",
         "Interruptibility",
+        "RetryPolicy",
+        "Risk",
         "Tool",
         "ToolContext",
         "ToolHandler",

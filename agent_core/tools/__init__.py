@@ -1,11 +1,21 @@
-"""Tools the model may call, and how each may be interrupted."""
+"""Tools the model may call: their risk, schema, and how each may be interrupted or retried."""
 
-from agent_core.tools.base import Interruptibility, Tool, ToolContext, ToolHandler, Toolset
+from agent_core.tools.base import (
+    Interruptibility,
+    RetryPolicy,
+    Risk,
+    Tool,
+    ToolContext,
+    ToolHandler,
+    Toolset,
+)
 from agent_core.tools.http_get import HostAllowlist, http_get_tool
 
 __all__ = [
     "HostAllowlist",
     "Interruptibility",
+    "RetryPolicy",
+    "Risk",
     "Tool",
     "ToolContext",
     "ToolHandler",

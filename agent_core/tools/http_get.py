@@ -3,6 +3,12 @@
 Contract (DESIGN.md §5): one argument `url`; read-only; interruptible; only hosts named in
 `CHATOPS_HTTP_ALLOWLIST` (comma-separated entries, `host` for any port or `host:port`); a refused
 URL is a clear tool error the model reads, never an exception that ends the turn.
+
+Retries (`RETRY`): a GET is idempotent, so a failure that says nothing about the service is tried
+again: a connection that could not be made, and a gateway's 502 or 504 (the proxy got no answer
+from the app). A 500 or 503 is the app's own answer, usually the diagnosis itself (a health check
+naming its failing dependency), so the model reads it at once, as it is; a read timeout is not
+retried either (a hung backend would only hang again).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from agent_core.errors import ConfigError, ToolFailed
-from agent_core.tools.base import Interruptibility, Tool, ToolContext
+from agent_core.tools.base import Interruptibility, RetryPolicy, Risk, Tool, ToolContext
 
 __all__ = ["HostAllowlist", "http_get_tool"]
 
@@ -23,6 +29,11 @@ TIMEOUT_S = 10.0
 """Per-call timeout; the tool's own timeout in the batch matches it."""
 MAX_BODY_CHARS = 4_000
 """Bodies are truncated to this many characters before the model sees them."""
+
+RETRY = RetryPolicy(attempts=3, base_delay_s=0.5, max_delay_s=2.0)
+"""Three tries for connection failures and gateway errors, with a jittered wait under 2 s."""
+RETRYABLE_STATUSES = frozenset({502, 504})
+"""Gateway errors: the proxy got no answer from the app, so the response holds no diagnosis."""
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -95,15 +106,17 @@ def http_get_tool(allowlist: HostAllowlist, client: httpx.AsyncClient) -> Tool:
         url = _checked_url(args.get("url"), allowlist)
         try:
             response = await client.get(url, timeout=TIMEOUT_S, follow_redirects=False)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ToolFailed(
+                f"GET {url} failed: {type(exc).__name__}: {exc}", retryable=True
+            ) from exc
         except httpx.TimeoutException as exc:
             raise ToolFailed(f"GET {url} timed out after {TIMEOUT_S:g} s") from exc
         except httpx.HTTPError as exc:
             raise ToolFailed(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
-        body = response.text
-        if len(body) > MAX_BODY_CHARS:
-            body = body[:MAX_BODY_CHARS] + f"\n… [truncated {len(response.text) - MAX_BODY_CHARS}"
-            body += " characters]"
-        return f"HTTP {response.status_code} {response.reason_phrase}\n{body}"
+        if response.status_code in RETRYABLE_STATUSES:
+            raise ToolFailed(f"GET {url} answered {_render(response)}", retryable=True)
+        return _render(response)
 
     return Tool(
         name="http_get",
@@ -120,4 +133,16 @@ def http_get_tool(allowlist: HostAllowlist, client: httpx.AsyncClient) -> Tool:
         handler=handler,
         interruptibility=Interruptibility.ABORTABLE,
         timeout_s=TIMEOUT_S,
+        risk=Risk.READ_ONLY,
+        idempotent=True,
+        retry=RETRY,
     )
+
+
+def _render(response: httpx.Response) -> str:
+    """The status line and the body, truncated to `MAX_BODY_CHARS`."""
+    body = response.text
+    if len(body) > MAX_BODY_CHARS:
+        body = body[:MAX_BODY_CHARS] + f"\n… [truncated {len(response.text) - MAX_BODY_CHARS}"
+        body += " characters]"
+    return f"HTTP {response.status_code} {response.reason_phrase}\n{body}"
