@@ -232,19 +232,27 @@ class FixedDelay(RetryPolicy):
         return self.max_delay_s
 
 
-async def test_stop_during_backoff_cancels_the_abortable_call(
-    make_runtime, fake_llm, redis_client
+@pytest.mark.parametrize(
+    ("interruptibility", "answer"),
+    [
+        # An abortable call answers "interrupted", like a call cut while it runs.
+        (Interruptibility.ABORTABLE, "interrupted by a stop (dana) before it finished"),
+        # Not even a must-complete tool's retry starts after a stop: its last error stands.
+        (Interruptibility.MUST_COMPLETE, "error: flaky"),
+    ],
+    ids=["abortable", "must-complete"],
+)
+async def test_stop_during_backoff_starts_no_new_attempt(
+    make_runtime, fake_llm, redis_client, interruptibility: Interruptibility, answer: str
 ) -> None:
     """DESIGN §3 invariant 3 during a retry: a stop in the backoff starts no new attempt.
 
-    The call answers "interrupted" (the batch closes, the history stays valid) and no model
-    request follows.
+    The call is answered (the batch closes, the history stays valid) and no model request
+    follows.
     """
     slow = FixedDelay(attempts=3, base_delay_s=60.0, max_delay_s=60.0)
-    flaky = Counting(
-        "flaky_read", failures=2, retry=slow, interruptibility=Interruptibility.ABORTABLE
-    )
-    fake_llm.script(fp.ToolCallsReply([fp.ToolCall("flaky_read")]), fp.TextReply("never sent"))
+    flaky = Counting("flaky", failures=2, retry=slow, interruptibility=interruptibility)
+    fake_llm.script(fp.ToolCallsReply([fp.ToolCall("flaky")]), fp.TextReply("never sent"))
     runtime = make_runtime(flaky.tool)
     run = asyncio.create_task(run_turn(runtime))
     await flaky.failed.wait()
@@ -256,7 +264,7 @@ async def test_stop_during_backoff_cancels_the_abortable_call(
     assert len(fake_llm.requests) == 1
     history = await runtime.store.load(SESSION)
     validate_history(history)
-    assert "interrupted" in history[-1].content
+    assert history[-1].content == answer
 
 
 # --- construction: limits come from configuration, checked up front ---
