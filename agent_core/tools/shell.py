@@ -34,7 +34,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from agent_core.errors import ConfigError, ToolFailed
-from agent_core.tools.base import Interruptibility, Tool, ToolContext
+from agent_core.tools.base import Interruptibility, Risk, Tool, ToolContext
 
 __all__ = ["MAX_OUTPUT_CHARS", "SAFE_PATH", "CommandAllowlist", "check_command", "shell_tool"]
 
@@ -345,5 +345,6 @@ def shell_tool(
         },
         handler=handler,
         interruptibility=Interruptibility.ABORTABLE,
+        risk=Risk.READ_ONLY,
         timeout_s=timeout_s + _TIMEOUT_MARGIN_S,
     )
