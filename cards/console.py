@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from cards import _lines
+from cards._mentions import defuse
 from cards.limits import truncate
 from cards.model import CardStatus, ProgressCard
 
@@ -39,8 +40,12 @@ _UNTITLED = "Analysis"
 
 
 def _plain(text: str) -> str:
-    """No markup to escape in plain text: cleaning already removed every control character."""
-    return text
+    """Defuse mentions, as on the chat platforms; plain text has no markup to escape.
+
+    Cleaning already removed every control character. Defusing matters should the text be
+    pasted into a chat.
+    """
+    return defuse(text)
 
 
 def render_console(card: ProgressCard, width: int = 80) -> str:
@@ -67,7 +72,7 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
 
 def _rule(title: str, width: int) -> str:
     """`== Why is checkout slow? =====…` filling the width."""
-    shown = truncate(_lines.one_line(title), width - 4) or _UNTITLED
+    shown = truncate(_lines.one_line(title), width - 4, escape=defuse) or _UNTITLED
     return f"== {shown} ".ljust(width, "=")
 
 
@@ -97,7 +102,7 @@ def _wrap(text: str, width: int, depth: int = 0) -> list[str]:
 def _answer(answer: str, width: int) -> list[str]:
     """The answer between two rules, line breaks kept, plus a note when it had to be shortened."""
     text = _lines.clean(answer).strip()
-    shown = truncate(text, ANSWER_CHARS)
+    shown = truncate(text, ANSWER_CHARS, escape=defuse)
     if not shown:
         return []
     rule = "-" * width
@@ -106,5 +111,7 @@ def _answer(answer: str, width: int) -> list[str]:
         for line in shown.splitlines()
         for folded in (textwrap.wrap(line, width, break_on_hyphens=False) if line.strip() else [""])
     ]
-    note = [f"(Answer shortened: {len(text):,} characters in all.)"] if shown != text else []
+    note = (
+        [f"(Answer shortened: {len(text):,} characters in all.)"] if shown != defuse(text) else []
+    )
     return ["", rule, *body, *note, rule]

@@ -3,7 +3,8 @@
 Contract: for any card the JSON stays within `FeishuLimits` (its bytes by the plan documented
 there, a handful of the ~200 elements, every markdown element within its characters), a live
 card has exactly one Stop button whose callback value is `{"action", "turn", "thread"}` (what the
-ingress reads) and a final card none, and no user- or model-provided text can mention anyone.
+ingress reads) and a final card none, and no user- or model-provided text can mention anyone
+(RELIABILITY A6).
 
 Escaping: Feishu markdown mentions, links with hidden targets, colours and other rich markup are
 all HTML-like tags (`<at id=all></at>`, `<at user_id="ou_x"></at>`, `<link>`, `<font>`), and a
@@ -24,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cards import _lines
+from cards._mentions import defuse
 from cards.limits import FEISHU, FeishuLimits, LimitExceeded, truncate
 from cards.model import CardStatus, ProgressCard
 
@@ -51,8 +53,12 @@ _ESCAPES = str.maketrans({"<": "&#60;", ">": "&#62;"})
 
 
 def escape_markdown(text: str) -> str:
-    """Show `<` and `>` literally in Feishu markdown, so no tag (`<at id=all>`) can form."""
-    return text.translate(_ESCAPES)
+    """Show `<` and `>` literally in Feishu markdown, so no tag (`<at id=all>`) can form.
+
+    Mentions, broadcasts (`@_all`, `@所有人`) and markdown links (`[good](evil)`) are defused
+    first (`cards._mentions`).
+    """
+    return defuse(text).translate(_ESCAPES)
 
 
 def json_bytes(value: object) -> int:
@@ -125,7 +131,7 @@ def _answer(answer: str, limits: FeishuLimits) -> list[Element]:
 
 
 def _header(card: ProgressCard, limits: FeishuLimits) -> Element:
-    title = truncate(_lines.one_line(card.title), limits.title_chars) or _UNTITLED
+    title = truncate(_lines.one_line(card.title), limits.title_chars, escape=defuse) or _UNTITLED
     return {
         "title": {"tag": "plain_text", "content": title},
         "template": HEADER_TEMPLATES[card.status],

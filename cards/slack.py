@@ -2,11 +2,13 @@
 
 Contract: the blocks pass Slack's validation for any card (at most 7 of the 50 blocks, every text
 within `SlackLimits`), a live card has exactly one Stop button and a final card none, and no
-user- or model-provided text can mention anyone. Mentions, channel pings and links in mrkdwn all
-need `<` (`<!channel>`, `<@U123>`, `<https://x|y>`), and Slack's documented escaping turns every
-`&`, `<`, `>` into `&amp;`, `&lt;`, `&gt;`; `verbatim: true` also stops Slack's own parsing of a
-bare `@channel` (docs.slack.dev/messaging/formatting-message-text#escaping). Header and button
-labels are `plain_text`, which Slack never parses for mentions.
+user- or model-provided text can mention anyone (RELIABILITY A6). Mentions, channel pings and
+links in mrkdwn all need `<` (`<!channel>`, `<@U123>`, `<https://x|y>`), and Slack's
+documented escaping turns every `&`, `<`, `>` into `&amp;`, `&lt;`, `&gt;`; `verbatim: true`
+also stops Slack's own parsing of a bare `@channel`
+(docs.slack.dev/messaging/formatting-message-text#escaping). Header and button labels are
+`plain_text`, which Slack never parses for mentions. On top of that, every such token is defused
+with an invisible word joiner (`cards._mentions`), the header's too.
 
 Blocks, in order: header (the task); section (status and elapsed time); section (the newest
 steps); context (interventions); divider, section and maybe a context note (the answer); actions
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from cards import _lines
+from cards._mentions import defuse
 from cards.limits import SLACK, LimitExceeded, SlackLimits, truncate
 from cards.model import CardStatus, ProgressCard
 
@@ -33,8 +36,12 @@ _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
 def escape_mrkdwn(text: str) -> str:
-    """Escape `&`, `<` and `>` as Slack requires for text that must show literally."""
-    return text.translate(_ESCAPES)
+    """Escape `&`, `<` and `>` as Slack requires for text that must show literally.
+
+    Mentions, broadcasts and links are defused first (`cards._mentions`), so a bare `@here`
+    cannot ping even where a client parses it.
+    """
+    return defuse(text).translate(_ESCAPES)
 
 
 def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]:
@@ -99,7 +106,7 @@ def _answer(answer: str, limits: SlackLimits) -> list[Block]:
 
 
 def _header(card: ProgressCard, limits: SlackLimits) -> Block:
-    title = truncate(_lines.one_line(card.title), limits.header_text) or _UNTITLED
+    title = truncate(_lines.one_line(card.title), limits.header_text, escape=defuse) or _UNTITLED
     return {"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}
 
 

@@ -38,6 +38,7 @@ from cards import (
     slack_text,
     truncate,
 )
+from cards._mentions import JOINER as J
 from cards.feishu import HEADER_TEMPLATES, escape_markdown
 from cards.slack import escape_mrkdwn
 
@@ -166,10 +167,12 @@ def test_slack_escapes_model_and_user_text() -> None:
         steps=(CardStep(tool="http_get", args="url=<!here>"),),
         interventions=(steer("<!everyone>", "no, <!channel>"),),
     )
-    dumped = json.dumps(render_slack(shown)[1:])  # the header is plain_text: never parsed
+    dumped = json.dumps(render_slack(shown)[1:], ensure_ascii=False)  # header: plain_text
     assert "<!" not in dumped and "<@" not in dumped and "<http" not in dumped
-    assert "Tell &lt;!channel&gt; &amp; &lt;@U123&gt;" in dumped
-    assert slack_text(shown) == "ping &lt;!channel&gt; · Answered (redirected by &lt;!everyone&gt;)"
+    assert f"Tell &lt;{J}!channel&gt; &amp; &lt;{J}@U123&gt;" in dumped  # escaped and defused
+    assert slack_text(shown) == (
+        f"ping &lt;{J}!channel&gt; · Answered (redirected by &lt;{J}!everyone&gt;)"
+    )
 
 
 def test_slack_long_answer_is_cut_with_the_marker_and_a_note() -> None:
@@ -240,8 +243,8 @@ def test_feishu_worst_case_card_fits_the_byte_budget(status: CardStatus) -> None
 def test_feishu_neutralizes_at_tags() -> None:
     shown = card(status=CardStatus.ANSWERED, answer="ping <at id=all></at> and @all")
     answer = render_feishu(shown)["body"]["elements"][-1]["content"]
-    assert answer == "ping &#60;at id=all&#62;&#60;/at&#62; and @all"
-    assert escape_markdown("<at user_id='ou_1'>") == "&#60;at user_id='ou_1'&#62;"
+    assert answer == f"ping &#60;{J}at id=all&#62;&#60;/at&#62; and @{J}all"
+    assert escape_markdown("<at user_id='ou_1'>") == f"&#60;{J}at user_id='ou_1'&#62;"
 
 
 def test_feishu_header_colour_is_defined_for_every_status() -> None:
