@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from agent_core import HostAllowlist, LoopLimits, Runtime, Toolset, http_get_tool
+from agent_core.tools.hygiene import guarded
 from bot.actor import Actor, ActorOptions
 from bot.errors import BotConfigError
 from bot.events import Platform
@@ -192,7 +193,7 @@ async def open_worker(
         except ValueError as exc:
             raise BotConfigError(f"CHATOPS_FAILPOINTS: {exc}") from exc
         tools = [http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)]
-        toolset = failpoints.toolset(Toolset.of(tools))
+        toolset = failpoints.toolset(guarded(Toolset.of(tools)))
         runtime = Runtime(
             model=model,
             redis=redis,

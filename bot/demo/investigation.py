@@ -35,6 +35,8 @@ DATABASE = "/dependencies/payments-db"
 _DEPLOY_WORDS = re.compile(r"\bdeploy", re.IGNORECASE)
 _DATABASE_WORDS = re.compile(r"\b(database|db|payments)\b", re.IGNORECASE)
 _CORRECTION = re.compile(r"^\[Correction from (?P<who>[^,\]]+)[^\]]*\]\s*")
+_FRAMED = re.compile(r'<tool_output tool="[^"]*">\n(?P<body>.*)\n</tool_output>\s*\Z', re.DOTALL)
+"""A result as `agent_core.tools.hygiene` frames it; the script reads what is inside."""
 
 Wire = Mapping[str, Any]
 
@@ -135,7 +137,8 @@ def _final_answer(results: Sequence[tuple[str, str]], base: str) -> str:
 
 
 def _note(findings: _Findings, path: str, content: str) -> None:
-    status, _, body = content.partition("\n")
+    framed = _FRAMED.search(content)
+    status, _, body = (framed["body"] if framed else content).partition("\n")
     if not status.startswith("HTTP "):
         findings.sentences.append(f"{path} gave no answer ({status.rstrip('.')}).")
         return
