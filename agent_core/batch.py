@@ -9,10 +9,11 @@ must-complete calls always run to their end or timeout. A call that has not star
 is accepted never starts.
 
 Retries: an idempotent tool whose attempt fails with a retryable error (`ToolFailed(retryable=
-True)` or a timeout) runs again, as its `RetryPolicy` allows, after a jittered backoff. The
-backoff is raced against the same event as the call itself (`abort` for an interruptible tool),
-so a stop during the wait answers "interrupted" and nothing runs again; a must-complete tool's
-wait ends at a stop, which leaves its last failure as the answer (a stop starts nothing new).
+True)`, or a timeout the handler raised itself, never the call's own deadline) runs again, as
+its `RetryPolicy` allows, after a jittered backoff. The backoff is raced against the same event
+as the call itself (`abort` for an interruptible tool), so a stop during the wait answers
+"interrupted" and nothing runs again; a must-complete tool's wait ends at a stop, which leaves
+its last failure as the answer (a stop starts nothing new).
 
 Results are handed to `on_result` one by one as they arrive (for the ledger and the journal); the
 batch returns them in call order.
@@ -51,17 +52,32 @@ def _parse_arguments(call: ToolCall, toolset: Toolset) -> Mapping[str, Any]:
     return args
 
 
+class _DeadlinePassed(TimeoutError):
+    """The call ran past its tool's `timeout_s`: answered as a timeout, never retried.
+
+    A hung dependency would only make the turn wait that long again, and again.
+    """
+
+
 def _retryable(exc: Exception) -> bool:
+    if isinstance(exc, _DeadlinePassed):
+        return False
     return isinstance(exc, TimeoutError) or (isinstance(exc, ToolFailed) and exc.retryable)
 
 
 async def _attempt(
     tool: Tool, args: Mapping[str, Any], ctx: ToolContext, signals: TurnSignals
 ) -> object:
-    async with asyncio.timeout(tool.timeout_s):
-        if tool.interruptible:
-            return await until_set(signals.abort, tool.handler(args, ctx))
-        return await tool.handler(args, ctx)
+    deadline = asyncio.timeout(tool.timeout_s)
+    try:
+        async with deadline:
+            if tool.interruptible:
+                return await until_set(signals.abort, tool.handler(args, ctx))
+            return await tool.handler(args, ctx)
+    except TimeoutError:
+        if deadline.expired():
+            raise _DeadlinePassed() from None
+        raise  # the handler's own timeout (e.g. a connect timeout): retryable
 
 
 async def _backoff(tool: Tool, failed_attempt: int, signals: TurnSignals) -> bool:

@@ -368,3 +368,20 @@ async def test_http_get_returns_an_apps_own_5xx_as_its_answer() -> None:
     async with client:
         text = await tool.handler({"url": "http://svc.internal/health"}, None)  # type: ignore[arg-type]
     assert text.startswith("HTTP 503 Service Unavailable\npayments-db down")
+
+
+async def test_a_call_past_its_deadline_is_answered_as_a_timeout_and_not_retried(
+    make_runtime, fake_llm
+) -> None:
+    """A hung dependency would make every retry wait the whole timeout again."""
+
+    class Hung(Counting):
+        async def _handle(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+            self.runs += 1
+            await asyncio.sleep(30)
+            return "never"
+
+    hung = Hung("hung_read", retry=TINY, timeout_s=0.05)
+    _, results = await answer_batch(make_runtime, fake_llm, hung.tool, fp.ToolCall("hung_read"))
+    assert hung.runs == 1
+    assert "timed out" in results[0]["content"]
