@@ -45,6 +45,9 @@ class Settings(BaseSettings):
         default="", validation_alias=AliasChoices("CHATOPS_HTTP_ALLOWLIST", "http_allowlist")
     )
     """Comma-separated `host` or `host:port` entries the `http_get` tool may reach."""
+    shell_allowlist: str = Field(default="", validation_alias="CHATOPS_SHELL_ALLOWLIST")
+    """Comma-separated command prefixes the read-only `shell` tool may run (e.g.
+    `kubectl get,kubectl logs,df`); empty: the agent has no shell tool."""
     lease_ttl_s: float = Field(default=30.0, gt=0, validation_alias="CHATOPS_LEASE_TTL_S")
     production: bool = Field(default=False, validation_alias="CHATOPS_PRODUCTION")
     """Refuse to start against a Redis that would lose the queue on restart (no AOF)."""

@@ -17,7 +17,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from agent_core import HostAllowlist, LoopLimits, Runtime, Toolset, http_get_tool
+from agent_core.errors import ConfigError
 from agent_core.tools.hygiene import guarded
+from agent_core.tools.shell import CommandAllowlist, shell_tool
 from bot.actor import Actor, ActorOptions
 from bot.errors import BotConfigError
 from bot.events import Platform
@@ -193,6 +195,12 @@ async def open_worker(
         except ValueError as exc:
             raise BotConfigError(f"CHATOPS_FAILPOINTS: {exc}") from exc
         tools = [http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)]
+        if settings.shell_allowlist.strip():
+            try:
+                commands = CommandAllowlist.parse(settings.shell_allowlist)
+            except ConfigError as exc:
+                raise BotConfigError(f"CHATOPS_SHELL_ALLOWLIST: {exc}") from exc
+            tools.append(shell_tool(commands))
         toolset = failpoints.toolset(guarded(Toolset.of(tools)))
         runtime = Runtime(
             model=model,
