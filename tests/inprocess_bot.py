@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -23,7 +24,7 @@ from bot.wiring import open_worker
 from bot.worker import Worker
 from tests.fakes import signing as sg
 
-__all__ = ["SECRET", "Bot", "bot", "bot_settings"]
+__all__ = ["SECRET", "Bot", "bot", "bot_settings", "open_bot"]
 
 SECRET = "e2e-signing-secret-000000000000000"
 
@@ -94,12 +95,20 @@ class Bot:
         await self.http.aclose()
 
 
-@pytest.fixture
-async def bot(bot_settings: Settings, redis_client: aioredis.Redis) -> AsyncIterator[Bot]:
-    lifespan = None
-    running = Bot(bot_settings, redis_client)
+@asynccontextmanager
+async def open_bot(settings: Settings, redis: aioredis.Redis) -> AsyncIterator[Bot]:
+    """A `Bot` with its ingress's lifespan run; its worker (if started) stopped at the end."""
+    running = Bot(settings, redis)
     lifespan = running.app.router.lifespan_context(running.app)
     await lifespan.__aenter__()
-    yield running
-    await running.close()
-    await lifespan.__aexit__(None, None, None)
+    try:
+        yield running
+    finally:
+        await running.close()
+        await lifespan.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def bot(bot_settings: Settings, redis_client: aioredis.Redis) -> AsyncIterator[Bot]:
+    async with open_bot(bot_settings, redis_client) as running:
+        yield running

@@ -16,18 +16,14 @@ import redis.asyncio as aioredis
 from bot.settings import Settings
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
-from tests.inprocess_bot import Bot
+from tests.inprocess_bot import Bot, open_bot
 
 
 @pytest.fixture
 async def shell_bot(bot_settings: Settings, redis_client: aioredis.Redis) -> AsyncIterator[Bot]:
     settings = bot_settings.model_copy(update={"shell_allowlist": "echo"})
-    running = Bot(settings, redis_client)
-    lifespan = running.app.router.lifespan_context(running.app)
-    await lifespan.__aenter__()
-    yield running
-    await running.close()
-    await lifespan.__aexit__(None, None, None)
+    async with open_bot(settings, redis_client) as running:
+        yield running
 
 
 async def test_a3_the_configured_shell_runs_allowed_commands_and_refuses_escapes(
