@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from agent_core import RunEvent, ToolStatus
 from agent_core.messages import ToolCall
+from agent_core.redaction import redact
 from cards.model import (
     CardStatus,
     CardStep,
@@ -37,7 +38,10 @@ _STEP_STATE = {
 
 
 def summarize_args(call: ToolCall) -> str:
-    """One line for a call's arguments: `url=https://…, limit=5` (raw text if not an object)."""
+    """One line for a call's arguments: `url=https://…, limit=5` (raw text if not an object).
+
+    Secrets in the arguments (a password in a URL, a token) are redacted: the card is public.
+    """
     try:
         args = json.loads(call.arguments)
     except ValueError:
@@ -46,7 +50,7 @@ def summarize_args(call: ToolCall) -> str:
         text = ", ".join(f"{k}={v}" for k, v in args.items())
     else:
         text = str(args)
-    text = " ".join(text.split())
+    text = redact(" ".join(text.split()))  # e.g. a URL with a password in it (A7)
     return text if len(text) <= ARG_SUMMARY_CHARS else text[: ARG_SUMMARY_CHARS - 1] + "…"
 
 

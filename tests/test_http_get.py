@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from agent_core import ConfigError, HostAllowlist, ToolFailed, http_get_tool
+from agent_core.tools.http_get import MAX_BODY_CHARS
 from tests.fakes.service import SlowService
 
 
@@ -75,3 +76,17 @@ async def test_connection_errors_are_tool_errors() -> None:
         tool = http_get_tool(HostAllowlist.parse(f"127.0.0.1:{port}"), client)
         with pytest.raises(ToolFailed, match="failed: ConnectError"):
             await tool.handler({"url": f"http://127.0.0.1:{port}/"}, Ctx())
+
+
+async def test_a_secret_across_the_body_limit_is_redacted_before_the_cut() -> None:
+    """A7: the body is redacted whole, then cut; no prefix of the token reaches the model."""
+    token = "xoxb-" + "1234567890-" * 3 + "abcdefghijklmnopqrstuvwx"
+    body = "." * (MAX_BODY_CHARS - 11) + " " + token
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        tool = http_get_tool(HostAllowlist.parse("logs.internal"), client)
+        shown = await tool.handler({"url": "http://logs.internal/tail"}, Ctx())
+    assert "xoxb-" not in shown and "[REDACTED" in shown

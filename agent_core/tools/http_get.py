@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from agent_core.errors import ConfigError, ToolFailed
+from agent_core.redaction import redact
 from agent_core.tools.base import Interruptibility, RetryPolicy, Risk, Tool, ToolContext
 
 __all__ = ["HostAllowlist", "http_get_tool"]
@@ -140,9 +141,14 @@ def http_get_tool(allowlist: HostAllowlist, client: httpx.AsyncClient) -> Tool:
 
 
 def _render(response: httpx.Response) -> str:
-    """The status line and the body, truncated to `MAX_BODY_CHARS`."""
-    body = response.text
+    """The status line and the body, redacted whole, then truncated to `MAX_BODY_CHARS`.
+
+    Redacting before the cut matters: a secret cut in half at the limit would be too short to
+    be recognised afterwards, and its first characters would reach the model.
+    """
+    full = redact(response.text)
+    body = full
     if len(body) > MAX_BODY_CHARS:
-        body = body[:MAX_BODY_CHARS] + f"\n… [truncated {len(response.text) - MAX_BODY_CHARS}"
+        body = body[:MAX_BODY_CHARS] + f"\n… [truncated {len(full) - MAX_BODY_CHARS}"
         body += " characters]"
     return f"HTTP {response.status_code} {response.reason_phrase}\n{body}"
