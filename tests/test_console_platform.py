@@ -12,8 +12,6 @@ renderer has pure tests of its own at the end.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -38,7 +36,7 @@ from cards.model import (
 )
 from tests.fakes import openai_provider as fp
 from tests.fakes.service import SlowService
-from tests.inprocess_bot import Bot
+from tests.inprocess_bot import Bot, open_bot
 
 KEYS = BotKeys()
 TOKEN = "console-test-token-0000"
@@ -230,21 +228,9 @@ async def test_malformed_bodies_are_400_with_the_field_named(
     assert await redis_client.xlen(KEYS.turns_stream) == 0
 
 
-@asynccontextmanager
-async def serving(settings: Settings, redis: aioredis.Redis) -> AsyncIterator[Bot]:
-    running = Bot(settings, redis)
-    lifespan = running.app.router.lifespan_context(running.app)
-    await lifespan.__aenter__()
-    try:
-        yield running
-    finally:
-        await running.close()
-        await lifespan.__aexit__(None, None, None)
-
-
 async def test_without_the_token_setting_the_route_is_404(bot_settings, redis_client) -> None:
     unset = bot_settings.model_copy(update={"console_token": None})
-    async with serving(unset, redis_client) as running:
+    async with open_bot(unset, redis_client) as running:
         response = await running.console(message("t", "hi", mention=True), token=TOKEN)
     assert response.status_code == 404
 
