@@ -18,9 +18,10 @@ import threading
 
 import pytest
 
-from tests.deployment import slack_session
+from tests.deployment import Deployment, slack_session
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
+from tests.processes import Chatops
 from tests.slack_view import card_text, cards_in, final_card, stop_buttons
 
 pytestmark = pytest.mark.slow
@@ -42,11 +43,7 @@ async def test_w3_sigterm_mid_tool_hands_the_turn_over_at_its_next_cut(
     draining.signal(signal.SIGTERM)  # two signals are handled like one
     slow_service.release("db")  # the batch closes: that is the cut where the turn suspends
 
-    drained, completed = await deployment.next_settle(), await deployment.next_settle()
-    assert drained.reason == "drained" and drained.final_event_id == ""
-    assert completed.reason == "completed" and completed.turn_id.startswith(drained.turn_id)
-    await deployment.released(slack_session(thread))
-    assert await asyncio.to_thread(draining.proc.wait, 15) == 0
+    await handed_over(deployment, draining, thread)
     assert "drained" in draining.log
 
     assert len(slow_service.hits) == 1  # the finished call was not made again
@@ -93,11 +90,7 @@ async def test_w2_sigterm_mid_model_call_finishes_the_call_then_hands_over(
     draining.signal(signal.SIGTERM)
     streaming.set()  # the call in flight completes within the grace period
 
-    drained, completed = await deployment.next_settle(), await deployment.next_settle()
-    assert drained.reason == "drained"
-    assert completed.reason == "completed" and completed.turn_id.startswith(drained.turn_id)
-    await deployment.released(slack_session(thread))
-    assert await asyncio.to_thread(draining.proc.wait, 15) == 0
+    await handed_over(deployment, draining, thread)
     assert [r.status for r in fake_llm.requests] == [200, 200]  # the history stayed valid
     assert fake_llm.aborted_streams == 0  # the call was finished, not cut
     assert len(slow_service.hits) <= 1  # run once at most, never again after the hand-over
@@ -138,3 +131,12 @@ async def test_w4_a_turn_whose_cut_misses_the_grace_is_taken_over_from_its_journ
     assert len(cards_in(slack_api, thread)) == 1
     final = final_card(slack_api, thread)
     assert "Recovered after the grace" in card_text(final) and not stop_buttons(final)
+
+
+async def handed_over(deployment: Deployment, draining: Chatops, thread: str) -> None:
+    """Drained, then completed on another worker; the draining worker exited 0."""
+    drained, completed = await deployment.next_settle(), await deployment.next_settle()
+    assert drained.reason == "drained" and drained.final_event_id == ""
+    assert completed.reason == "completed" and completed.turn_id.startswith(drained.turn_id)
+    await deployment.released(slack_session(thread))
+    assert await asyncio.to_thread(draining.proc.wait, 15) == 0
