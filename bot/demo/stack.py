@@ -103,10 +103,17 @@ async def local_stack(
         env |= {"CHATOPS_CONSOLE_TOKEN": token, "CHATOPS_HTTP_ALLOWLIST": host}
         # A redirect waits for the probes in flight, so the card shows the cut at the batch.
         env.setdefault("CHATOPS_STEER_CANCELS_TOOLS", "false")
-        running = LocalStack(redis_url, "", token, service_url, model, workdir, redis_start_s)
-        running.rehearsal = rehearsal
         port = free_port()
-        running.ingress_url = f"http://127.0.0.1:{port}"
+        running = LocalStack(
+            redis_url=redis_url,
+            ingress_url=f"http://127.0.0.1:{port}",
+            console_token=token,
+            service_url=service_url,
+            model=model,
+            workdir=workdir,
+            redis_start_s=redis_start_s,
+            rehearsal=rehearsal,
+        )
         args = ("serve", "--host", "127.0.0.1", "--port", str(port))
         await _start(stack, running, "serve", env, *args)
         await _ready(running)
