@@ -30,9 +30,9 @@ from agent_core.diagnostics import RunDiagnostics
 from agent_core.errors import ToolFailed
 from agent_core.interrupts import INTERRUPTED, TurnSignals, until_set
 from agent_core.messages import ToolCall, ToolMessage, ToolStatus
-from agent_core.tools.base import Tool, ToolContext, Toolset
+from agent_core.tools.base import Risk, Tool, ToolContext, Toolset
 
-__all__ = ["ResultSink", "run_batch"]
+__all__ = ["ResultSink", "needs_approval", "parse_arguments", "run_batch"]
 
 ResultSink = Callable[[ToolMessage], Awaitable[None]]
 
@@ -41,7 +41,12 @@ def _answer(call: ToolCall, content: str, status: ToolStatus) -> ToolMessage:
     return ToolMessage(call_id=call.id, name=call.name, content=content, status=status)
 
 
-def _parse_arguments(call: ToolCall, toolset: Toolset) -> Mapping[str, Any]:
+def parse_arguments(call: ToolCall, toolset: Toolset) -> Mapping[str, Any]:
+    """The call's arguments, checked against its tool's schema.
+
+    Raises:
+        ToolFailed: The arguments are not a JSON object or break the schema.
+    """
     try:
         args = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as exc:
@@ -50,6 +55,22 @@ def _parse_arguments(call: ToolCall, toolset: Toolset) -> Mapping[str, Any]:
         raise ToolFailed("arguments must be a JSON object")
     toolset.check_arguments(call.name, args)
     return args
+
+
+def needs_approval(call: ToolCall, toolset: Toolset) -> bool:
+    """Whether the call may change something and would run: it waits for a person first.
+
+    A call that would be refused anyway (unknown tool, bad arguments) is answered with its
+    error instead; nobody is asked to approve a call that cannot run.
+    """
+    tool = toolset.get(call.name)
+    if tool is None or tool.risk is Risk.READ_ONLY:
+        return False
+    try:
+        parse_arguments(call, toolset)
+    except ToolFailed:
+        return False
+    return True
 
 
 class _DeadlinePassed(TimeoutError):
@@ -121,13 +142,18 @@ async def _execute(
     ctx: ToolContext,
     signals: TurnSignals,
     diag: RunDiagnostics,
+    approved: frozenset[str],
 ) -> ToolMessage:
     if signals.stop.is_set() or (tool.interruptible and signals.abort.is_set()):
         return _answer(
             call, f"not run: interrupted by {signals.abort_reason}", ToolStatus.INTERRUPTED
         )
+    if tool.risk is not Risk.READ_ONLY and call.id not in approved:
+        # The loop never hands an unapproved change here; this is the last line of defence.
+        text = "error: not run: this call needs a person's approval"
+        return _answer(call, text, ToolStatus.ERROR)
     try:
-        args = _parse_arguments(call, toolset)
+        args = parse_arguments(call, toolset)
         diag.tool_calls_started += 1
         diag.note("tool_start", call.id)
         output = await _call_with_retries(call, tool, args, ctx, signals, diag)
@@ -154,6 +180,7 @@ async def _answer_one(
     signals: TurnSignals,
     diag: RunDiagnostics,
     done: asyncio.Queue[ToolMessage],
+    approved: frozenset[str],
 ) -> None:
     tool = toolset.get(call.name)
     if tool is None:
@@ -163,7 +190,7 @@ async def _answer_one(
         )
     else:
         try:
-            result = await _execute(call, tool, toolset, ctx, signals, diag)
+            result = await _execute(call, tool, toolset, ctx, signals, diag, approved)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -180,13 +207,17 @@ async def run_batch(
     signals: TurnSignals,
     diag: RunDiagnostics,
     on_result: ResultSink,
+    approved: frozenset[str] = frozenset(),
 ) -> list[ToolMessage]:
-    """Run every call of a batch concurrently; return one result per call, in call order."""
+    """Run every call of a batch concurrently; return one result per call, in call order.
+
+    A call to a tool that is not read-only runs only if its id is in `approved`.
+    """
     done: asyncio.Queue[ToolMessage] = asyncio.Queue()
     results: dict[str, ToolMessage] = {}
     async with asyncio.TaskGroup() as group:
         for call in calls:
-            group.create_task(_answer_one(call, toolset, ctx, signals, diag, done))
+            group.create_task(_answer_one(call, toolset, ctx, signals, diag, done, approved))
         for _ in calls:
             result = await done.get()
             results[result.call_id] = result

@@ -50,3 +50,16 @@ class Keys:
     def journal(self, session_id: str, turn_id: str) -> str:
         """Hash of the open batch: `batch` (the assistant message) and one field per result."""
         return f"{self.session_prefix(session_id)}:journal:{turn_id}"
+
+    def approvals(self, session_id: str) -> str:
+        """Hash of the session's approval records, one JSON `Approval` per call id."""
+        return f"{self.session_prefix(session_id)}:approvals"
+
+    def suspended(self, session_id: str) -> str:
+        """The turn whose journal holds a batch suspended for approvals (`agent_core.approvals`)."""
+        return f"{self.session_prefix(session_id)}:suspended"
+
+    @property
+    def approvals_due(self) -> str:
+        """Sorted set of sessions with pending approvals, scored by the earliest expiry."""
+        return f"{self.prefix}:approvals:due"

@@ -13,7 +13,7 @@ calls) is clamped to zero and counted in `overdrawn`, so diagnostics can surface
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agent_core.events import FunctionCallPart, FunctionResponsePart, RunEvent
 
@@ -41,10 +41,19 @@ class BalanceLedger:
     """Calls of the current batch still waiting for a response."""
     overdrawn: int = 0
     """Responses that arrived with no open call (a bug upstream if ever non-zero)."""
+    parked: set[str] = field(default_factory=set)
+    """Calls moved to the suspension ledger (`park`): waiting for a person, not for a tool."""
 
     def observe(self, event: RunEvent) -> bool:
-        """Book one event; return True exactly when a batch has just closed (>0 back to 0)."""
+        """Book one event; return True exactly when a batch has just closed (>0 back to 0).
+
+        The response of a parked call settles it in the suspension ledger, not the balance.
+        """
         change = delta(event)
+        for part in event.parts if not event.partial else ():
+            if isinstance(part, FunctionResponsePart) and part.response.call_id in self.parked:
+                self.parked.discard(part.response.call_id)
+                change += 1
         if change == 0:
             return False
         was_open = self.balance > 0
@@ -52,6 +61,19 @@ class BalanceLedger:
         if self.balance < 0:
             self.overdrawn -= self.balance
             self.balance = 0
+        return was_open and self.balance == 0
+
+    def park(self, call_ids: set[str]) -> bool:
+        """Move open calls that wait for an approval out of the balance.
+
+        They go to the suspension ledger (the seed's separate ledger for long waits). Returns
+        True when that closed the batch, which may then be cut.
+        """
+        if not call_ids:
+            return False
+        was_open = self.balance > 0
+        self.parked |= call_ids
+        self.balance = max(0, self.balance - len(call_ids))
         return was_open and self.balance == 0
 
     @property

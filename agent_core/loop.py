@@ -13,13 +13,22 @@ Contract (DESIGN.md invariants 1–4):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
 
-from agent_core.batch import run_batch
+from agent_core.approvals import (
+    Approval,
+    ApprovalBook,
+    SuspendedBatch,
+    Verdict,
+    arguments_digest,
+    closing_answer,
+)
+from agent_core.batch import needs_approval, run_batch
 from agent_core.diagnostics import ProbePoint, RunDiagnostics, RunOutcome
 from agent_core.errors import AgentError, HistoryError, HistoryRejected
 from agent_core.events import (
@@ -42,6 +51,7 @@ from agent_core.messages import (
     SystemMessage,
     ToolCall,
     ToolMessage,
+    ToolStatus,
     UserMessage,
 )
 from agent_core.outcome import (
@@ -56,9 +66,9 @@ from agent_core.outcome import (
     Stopped,
 )
 from agent_core.repair import repair_history
-from agent_core.resume import plan_resume
+from agent_core.resume import IN_DOUBT, plan_resume
 from agent_core.store import Fence, HistoryStore
-from agent_core.tools.base import Toolset
+from agent_core.tools.base import Risk, Toolset
 
 __all__ = ["EventSink", "LoopLimits", "Runtime", "TurnRequest"]
 
@@ -74,6 +84,9 @@ class LoopLimits:
 
     max_model_requests: int = 25
     """A turn that needs more model requests than this fails with a clear message."""
+    approval_timeout_s: float = 900.0
+    """How long a call waits for a person's approval before it expires (answered "approval
+    expired" when the turn resumes)."""
     steer_cancels_tools: bool = True
     """A steer cancels interruptible tools of the open batch (must-complete ones finish), so the
     worst-case steer latency is the longest must-complete call rather than the whole batch."""
@@ -89,6 +102,8 @@ class TurnRequest:
     """New messages that start this turn (the task); empty for a continuation."""
     fence: Fence | None = None
     """When set, every history write of the turn happens only while it holds (a lease)."""
+    requester: str = ""
+    """Who asked for the analysis (a platform user id): may not approve its destructive calls."""
 
 
 @dataclass(eq=False)
@@ -145,6 +160,7 @@ class Runtime:
         self._redis = redis
         self._keys = keys or Keys()
         self._store = HistoryStore(redis, self._keys)
+        self._approvals = ApprovalBook(redis, self._keys)
         self._toolset = toolset
         self._instructions = instructions
         self._limits = limits or LoopLimits()
@@ -195,7 +211,9 @@ class Runtime:
 
         run.signals.on_stop = on_stop
         try:
-            result = await self._begin(run)
+            result = await self._close_suspended(run)
+            if result is None:
+                result = await self._begin(run)
             if result is None:
                 # Watch only once the turn has begun: begin_turn itself answers every earlier
                 # ring (tombstone, steers), and the start probe covers the moment in between.
@@ -265,14 +283,152 @@ class Runtime:
             )
             run.history.append(message)
             return Completed(answer=message.content, final_event_id=final.id)
-        results = await self._run_batch(run, message)
+        gated = {c.id for c in calls if needs_approval(c, self._toolset)}
+        results = await self._run_batch(run, message, skip=gated)
+        cut: RunResult | None = None
+        if gated:
+            cut = await self._park(run, gated)
+            if not isinstance(cut, Stopped | Steered):
+                return await self._suspend(run, message, gated)
+            results = await self._answer_waiting(run, message, results, gated, cut)
         await self._store.append_closed(
             run.request.session_id, run.request.turn_id, [message, *results], run.request.fence
         )
         run.history += [message, *results]
         if run.signals.stop.is_set():
             return Stopped(by=run.signals.stopped_by)
-        return await self._cut(run, "batch_closed")
+        return cut or await self._cut(run, "batch_closed")
+
+    async def _park(self, run: _Run, gated: set[str]) -> RunResult | None:
+        """Move the calls waiting for approval out of the balance, then cut (probe)."""
+        if run.signals.stop.is_set():
+            return Stopped(by=run.signals.stopped_by)
+        run.ledger.park(gated)
+        return await self._cut(run, "approval")
+
+    async def _answer_waiting(
+        self,
+        run: _Run,
+        message: AssistantMessage,
+        results: list[ToolMessage],
+        gated: set[str],
+        cut: Stopped | Steered,
+    ) -> list[ToolMessage]:
+        """Close the calls that were about to wait, because the turn ends here anyway."""
+        verdict, by = (
+            (Verdict.STOPPED, cut.by) if isinstance(cut, Stopped) else (Verdict.SUPERSEDED, "")
+        )
+        by_id = {r.call_id: r for r in results}
+        for call in message.tool_calls:
+            if call.id in gated:
+                answer = closing_answer(call, verdict, by)
+                by_id[call.id] = answer
+                await self._observe(run, _response(answer))
+        return [by_id[c.id] for c in message.tool_calls]
+
+    async def _suspend(
+        self, run: _Run, message: AssistantMessage, gated: set[str]
+    ) -> RunResult:
+        """Suspend the batch in its journal with one approval request per gated call."""
+        now = time.time()
+        expires_at = now + self._limits.approval_timeout_s
+        records = {
+            call.id: Approval(
+                session_id=run.request.session_id,
+                turn_id=run.request.turn_id,
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments,
+                digest=arguments_digest(call.arguments),
+                risk=self._risk_of(call),
+                requester=run.request.requester,
+                requested_at=now,
+                expires_at=expires_at,
+            ).to_json()
+            for call in message.tool_calls
+            if call.id in gated
+        }
+        await self._store.suspend(
+            run.request.session_id, run.request.turn_id, records, expires_at, run.request.fence
+        )
+        run.diag.note("suspended", f"{len(records)} call(s) wait for approval")
+        return Awaiting(approvals=tuple(c.id for c in message.tool_calls if c.id in gated))
+
+    def _risk_of(self, call: ToolCall) -> Risk:
+        tool = self._toolset.get(call.name)
+        assert tool is not None, "only calls to offered tools are gated"
+        return tool.risk
+
+    async def _close_suspended(self, run: _Run) -> RunResult | None:
+        """Close the batch a turn of this session left waiting for approvals, if any.
+
+        Runs before the turn begins, so the batch lands in the history before this turn's
+        inputs. Approved calls run (at most once: a call marked started whose result is not
+        journaled is answered "in doubt"); every other call is answered with why it did not
+        run. A request still pending is superseded by this turn (a redirect), or stopped with
+        it when this turn was stopped before it began. Returns `Awaiting` when this turn is
+        the suspended one itself, re-run after a crash, with nothing decided yet.
+        """
+        session, turn = run.request.session_id, run.request.turn_id
+        suspended = await self._approvals.suspended(session)
+        if suspended is None:
+            return None
+        pending = [a for a in suspended.approvals.values() if a.verdict is Verdict.PENDING]
+        if suspended.turn_id == turn and pending:
+            return Awaiting(approvals=tuple(a.call_id for a in pending))
+        stopped_by = await self._approvals.stopped_by(session, turn)
+        if pending:
+            if stopped_by is not None:
+                suspended = suspended.settled(Verdict.STOPPED, stopped_by)
+            else:
+                suspended = suspended.settled(Verdict.SUPERSEDED, "a redirect")
+        run.diag.note("close_suspended", suspended.turn_id)
+        async with run.signals.watching():
+            results = await self._run_suspended(run, suspended, stopped_by)
+        records = {a.call_id: a.to_json() for a in suspended.approvals.values()}
+        await self._store.close_suspended(
+            session, suspended.turn_id, [suspended.batch, *results], records, run.request.fence
+        )
+        return None
+
+    async def _run_suspended(
+        self, run: _Run, suspended: SuspendedBatch, stopped_by: str | None
+    ) -> list[ToolMessage]:
+        """Answer every call of a suspended batch; run the approved ones."""
+        batch = suspended.batch
+        answered: dict[str, ToolMessage] = dict(suspended.journaled)
+        to_run: list[ToolCall] = []
+        for call in batch.tool_calls:
+            if call.id in answered:
+                continue
+            approval = suspended.approvals.get(call.id)
+            if approval is None:  # not gated, yet not journaled: never ran to its end
+                answered[call.id] = _in_doubt(call)
+            elif approval.started_at:
+                answered[call.id] = _in_doubt(call)  # a worker died while it ran
+            elif (answer := approval.answer(call, stopped_by=stopped_by or "")) is not None:
+                answered[call.id] = answer
+            else:
+                to_run.append(call)
+        calls = tuple(FunctionCallPart(call=c) for c in batch.tool_calls)
+        await self._observe(run, RunEvent(source=EventSource.MODEL, parts=calls))
+        for result in answered.values():
+            await self._observe(run, _response(result))
+        if to_run:
+            now = time.time()
+            started = {
+                c.id: replace(suspended.approvals[c.id], started_at=now).to_json() for c in to_run
+            }
+            await self._store.update_approvals(run.request.session_id, started, run.request.fence)
+            ran = await self._run_batch(
+                run,
+                batch,
+                to_run,
+                journal_turn=suspended.turn_id,
+                approved=frozenset(c.id for c in to_run),
+            )
+            answered |= {r.call_id: r for r in ran}
+        return [answered[c.id] for c in batch.tool_calls]
 
     async def _resume(self, run: _Run) -> RunResult | None:
         """Close the batch a dead worker left open (see `agent_core.resume`), if any."""
@@ -305,19 +461,25 @@ class Runtime:
         run: _Run,
         message: AssistantMessage,
         calls: Sequence[ToolCall] | None = None,
+        *,
+        skip: set[str] | None = None,
+        journal_turn: str | None = None,
+        approved: frozenset[str] = frozenset(),
     ) -> list[ToolMessage]:
-        """Run `calls` (default: all of `message`'s) and return their results.
+        """Run `calls` (default: all of `message`'s but `skip`) and return their results.
 
-        Given `calls` means a resumed batch, whose journal already holds the message and the
-        results kept.
+        Given `calls` means a resumed batch, whose journal (that of `journal_turn`, default
+        this turn) already holds the message and the results kept. Skipped calls (waiting for
+        approval) stay open: the batch closes without them only once they are parked.
         """
+        journal = journal_turn or run.request.turn_id
         closed = False
 
         async def on_result(result: ToolMessage) -> None:
             nonlocal closed
             try:  # journaled before anyone is told, so what the card shows is durable
                 await self._store.journal_result(
-                    run.request.session_id, run.request.turn_id, result, run.request.fence
+                    run.request.session_id, journal, result, run.request.fence
                 )
             except AgentError as exc:  # the journal only saves re-runs; the commit decides
                 run.diag.journal_failures += 1
@@ -332,15 +494,12 @@ class Runtime:
                 run.request.session_id, run.request.turn_id, message, run.request.fence
             )
         ctx = _TurnContext(run.request.session_id, run.request.turn_id, run.signals)
+        if calls is None:
+            calls = [c for c in message.tool_calls if c.id not in (skip or set())]
         results = await run_batch(
-            message.tool_calls if calls is None else calls,
-            self._toolset,
-            ctx,
-            run.signals,
-            run.diag,
-            on_result,
+            calls, self._toolset, ctx, run.signals, run.diag, on_result, approved
         )
-        if not closed or run.ledger.is_open:
+        if not skip and (not closed or run.ledger.is_open):
             raise AgentError("internal: a batch ended without closing the balance")
         return results
 
@@ -414,3 +573,11 @@ class Runtime:
         if report.changes:
             await self._store.replace(run.request.session_id, report.messages, run.request.fence)
         return list(report.messages)
+
+
+def _response(result: ToolMessage) -> RunEvent:
+    return RunEvent(source=EventSource.TOOL, parts=(FunctionResponsePart(response=result),))
+
+
+def _in_doubt(call: ToolCall) -> ToolMessage:
+    return ToolMessage(call_id=call.id, name=call.name, content=IN_DOUBT, status=ToolStatus.ERROR)

@@ -63,7 +63,13 @@ class Dispatched:
 
 @dataclass(frozen=True, slots=True)
 class Awaiting:
-    """Ended at a cut to wait for the parent's answer."""
+    """Ended at a cut to wait for an answer: the parent's, or people's approvals.
+
+    `approvals` names the calls suspended for a decision (`agent_core.approvals`); the next
+    turn of the session closes their batch.
+    """
+
+    approvals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

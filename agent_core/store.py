@@ -9,9 +9,10 @@ that already finished.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
@@ -204,6 +205,65 @@ class HistoryStore:
 
         await self._write("append history", fill, fence)
 
+    async def suspend(
+        self,
+        session_id: str,
+        turn_id: str,
+        records: Mapping[str, str],
+        expires_at: float,
+        fence: Fence | None = None,
+    ) -> None:
+        """Suspend the turn's open batch for approvals: `records` are JSON, by call id.
+
+        The batch stays in the turn's journal; the session's `suspended` key names the turn.
+        """
+        k = self._keys
+
+        def fill(pipe: Pipeline) -> None:
+            pipe.hset(k.approvals(session_id), mapping=_fields(records))
+            pipe.expire(k.approvals(session_id), TURN_KEY_TTL_S)
+            pipe.set(k.suspended(session_id), turn_id, ex=TURN_KEY_TTL_S)
+            pipe.expire(k.journal(session_id, turn_id), TURN_KEY_TTL_S)
+
+        await self._write("suspend batch", fill, fence)
+        with map_redis_errors("index approvals"):  # another slot: outside the transaction
+            await self._redis.zadd(k.approvals_due, {session_id: expires_at}, lt=True)
+
+    async def update_approvals(
+        self, session_id: str, records: Mapping[str, str], fence: Fence | None = None
+    ) -> None:
+        """Overwrite approval records (JSON, by call id), while `fence` holds."""
+        key = self._keys.approvals(session_id)
+
+        def fill(pipe: Pipeline) -> None:
+            pipe.hset(key, mapping=_fields(records))
+
+        await self._write("update approvals", fill, fence)
+
+    async def close_suspended(
+        self,
+        session_id: str,
+        suspended_turn: str,
+        messages: Sequence[Message],
+        records: Mapping[str, str],
+        fence: Fence | None = None,
+    ) -> None:
+        """Append the closed group of a suspended batch; end the suspension, keep the records.
+
+        `records` are the final approval records (JSON, by call id), kept for the audit.
+        """
+        k = self._keys
+
+        def fill(pipe: Pipeline) -> None:
+            pipe.rpush(k.history(session_id), *(dump_message(m) for m in messages))
+            pipe.delete(k.journal(session_id, suspended_turn), k.suspended(session_id))
+            if records:
+                pipe.hset(k.approvals(session_id), mapping=_fields(records))
+
+        await self._write("close suspended batch", fill, fence)
+        with map_redis_errors("index approvals"):
+            await self._redis.zrem(k.approvals_due, session_id)
+
     async def journal_batch(
         self,
         session_id: str,
@@ -247,6 +307,11 @@ class HistoryStore:
             elif isinstance(message, ToolMessage):
                 results[message.call_id] = message
         return batch, results
+
+
+def _fields(records: Mapping[str, str]) -> dict[Any, Any]:
+    """Hash fields in the shape redis-py's `hset` is typed for (its key type is invariant)."""
+    return dict(records)
 
 
 def _connection_lost(exc: WatchError) -> bool:

@@ -204,8 +204,9 @@ async def test_flaky_idempotent_tool_is_retried_until_it_succeeds(
     [
         # A tool that keeps failing runs `attempts` times; the model sees the last error.
         (lambda: Counting("broken_read", failures=10, retry=TINY), 3, "error: flaky"),
-        # A side-effecting tool is never retried: a retry could act twice.
-        (lambda: Counting("restart_pod", failures=1, risk=Risk.SIDE_EFFECT), 1, "error: flaky"),
+        # A tool that is not idempotent is never retried: a retry could act twice. (A
+        # side-effecting tool waits for approval first: tests/test_approvals.py.)
+        (lambda: Counting("append_note", failures=1, idempotent=False), 1, "error: flaky"),
         # An idempotent tool's plain `ToolFailed` (a refused URL, say) is answered at once.
         (
             lambda: Counting("strict_read", failures=1, error=lambda: ToolFailed("no"), retry=TINY),
