@@ -1,0 +1,117 @@
+"""A real MCP server for the MCP tool tests, built with the official `mcp` package.
+
+Run as a script, never imported by the tests (so it needs nothing from this repository):
+
+    python tests/fakes/mcp_server.py stdio
+    python tests/fakes/mcp_server.py http FD    # streamable HTTP on an inherited listening socket
+
+Every `tools/call` request the server receives is appended to the file named by
+`MCP_FAKE_JOURNAL` (`call <tool>`), before the server validates its arguments, so a test can
+tell a call the client refused from one the server refused. The HTTP mode serves a socket the
+test bound and passed down (`pass_fds`): connections queue in its backlog until the server
+accepts them, so the test never waits for the server to come up.
+
+Tools: `pod_logs(pod)` (text), `dashboard(name)` (text and an image), `restart_pod(pod)` (counts
+its runs in the journal), `fetch_upstream(url)` (an HTTP GET: slow when the URL holds),
+`drain_node(node)` (always an `isError` result), `server_pid()` (its process id).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import uvicorn
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ImageContent, TextContent
+
+PIXEL = base64.b64encode(b"\x89PNG\r\n\x1a\n fake pixel").decode()
+
+
+def _journal(line: str) -> None:
+    path = os.environ.get("MCP_FAKE_JOURNAL")
+    if path:
+        with Path(path).open("a") as journal:
+            journal.write(line + "\n")
+
+
+class Journal:
+    """Middleware: records each `tools/call` as it arrives, before any validation."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method == "tools/call" and ctx.params is not None:
+            _journal(f"call {ctx.params.get('name')}")
+        return await call_next(ctx)
+
+
+server: MCPServer[Any] = MCPServer("fake-k8s", log_level="WARNING", middleware=[Journal()])
+
+
+@server.tool()
+def pod_logs(pod: str) -> str:
+    """Return the last log lines of a pod."""
+    return f"{pod}: OOMKilled at 12:03 (limit 512Mi)\n{pod}: restarted 4 times"
+
+
+@server.tool()
+def dashboard(name: str) -> list[TextContent | ImageContent]:
+    """Return a dashboard's summary and its screenshot."""
+    return [
+        TextContent(text=f"dashboard {name}: p99 latency 2.4 s"),
+        ImageContent(data=PIXEL, mime_type="image/png"),
+    ]
+
+
+@server.tool()
+def restart_pod(pod: str) -> str:
+    """Restart a pod."""
+    _journal(f"ran restart_pod {pod}")
+    return f"pod {pod} restarted"
+
+
+@server.tool()
+async def fetch_upstream(url: str) -> str:
+    """Fetch an upstream health endpoint (it may take long)."""
+    async with httpx.AsyncClient() as client:
+        response = await client.get(url, timeout=60)
+    return f"{response.status_code}: {response.text}"
+
+
+@server.tool()
+def server_pid() -> int:
+    """Return this server's process id."""
+    return os.getpid()
+
+
+@server.tool()
+def drain_node(node: str) -> str:
+    """Drain a node."""
+    raise ToolError(f"node {node} is cordoned by another operation")
+
+
+async def _serve_http(fd: int) -> None:
+    sock = socket.socket(fileno=fd)
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def main() -> None:
+    """Serve over stdio, or over streamable HTTP on an inherited socket."""
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+    else:
+        anyio.run(_serve_http, int(sys.argv[2]))
+
+
+if __name__ == "__main__":
+    main()
