@@ -116,7 +116,18 @@ def worker(
 def scheduler(
     interval: float = typer.Option(10.0, min=0.1, help="Seconds between two reaper sweeps."),
 ) -> None:
-    """Run the periodic jobs (the card reaper); one scheduler leads across replicas."""
+    """Run the periodic jobs: the card reaper (one replica leads) and scheduled jobs.
+
+    Scheduled jobs come from CHATOPS_SCHEDULED_JOBS, a JSON list such as
+    [{"id": "daily-briefing", "cron": "30 9 * * mon-fri",
+    "timezone": "Europe/Berlin", "platform": "slack", "channel": "C0123",
+    "prompt": "Summarize the overnight alerts"}]
+
+    Each run posts a short message in the channel and runs as an ordinary
+    analysis in its thread: a live card with a Stop button, booked like any
+    other. Every replica fires every job, and each run is claimed once (by
+    job and fire time), so it starts exactly once.
+    """
     import asyncio
     import signal
 
@@ -131,6 +142,10 @@ def scheduler(
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, stop.set)
             typer.echo(f"chatops scheduler: reaper every {interval:g} s", err=True)
+            for job in running.scheduled.jobs if running.scheduled else ():
+                typer.echo(
+                    f"chatops scheduler: job {job.id}: {job.cron} ({job.timezone})", err=True
+                )
             await running.run(stop)
 
     try:

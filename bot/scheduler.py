@@ -6,7 +6,9 @@ that is not the leader skips the run. A leader that dies loses the lock after it
 another takes over at its next tick. The jobs are idempotent anyway (RELIABILITY C10), so the
 lock saves work rather than guarding correctness.
 
-Jobs: the reaper's sweep (`bot.reaper`), every `interval_s`.
+Jobs: the reaper's sweep (`bot.reaper`), every `interval_s`; and the operators' scheduled jobs
+(`bot.scheduled_jobs`), which every scheduler fires without the lock: each run is claimed once
+by its id, derived from the job and its fire time.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from agent_core.store import map_redis_errors
 from bot.keys import BotKeys
 from bot.lease import Leases
 from bot.reaper import Reaper, SweepReport
+from bot.scheduled_jobs import ScheduledJobs, scheduled_jobs_from
 from bot.settings import Settings
 from bot.settle import SettleWriter
 from bot.wiring import open_clients, pricing_from
@@ -72,10 +75,19 @@ class LeaderLock:
 class Scheduler:
     """Runs the periodic jobs while it leads."""
 
-    def __init__(self, *, reaper: Reaper, lock: LeaderLock, interval_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        reaper: Reaper,
+        lock: LeaderLock,
+        interval_s: float,
+        scheduled: ScheduledJobs | None = None,
+    ) -> None:
         self._reaper = reaper
         self._lock = lock
         self.interval_s = interval_s
+        self.scheduled = scheduled
+        """The operators' cron jobs (`CHATOPS_SCHEDULED_JOBS`), if any."""
         self.sweeps: list[SweepReport] = []
         """Reports of the sweeps this process ran (the latest few)."""
 
@@ -110,6 +122,8 @@ class Scheduler:
             coalesce=True,
             id="reaper",
         )
+        if self.scheduled is not None:
+            self.scheduled.add_to(scheduler)
         scheduler.start()
         try:
             await self.tick()  # at start-up too: a restarted scheduler catches up at once
@@ -140,4 +154,7 @@ async def open_scheduler(
         )
         holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         lock = LeaderLock(redis, f"{keys.prefix}:scheduler:leader", holder, ttl_s=interval_s * 3)
-        yield Scheduler(reaper=reaper, lock=lock, interval_s=interval_s)
+        scheduled = scheduled_jobs_from(
+            settings, redis=redis, keys=keys, platforms=list(platforms), holder=holder
+        )
+        yield Scheduler(reaper=reaper, lock=lock, interval_s=interval_s, scheduled=scheduled)
