@@ -171,6 +171,11 @@ class Runtime:
         """The history store this runtime writes to."""
         return self._store
 
+    @property
+    def approvals(self) -> ApprovalBook:
+        """The approval records of the sessions this runtime runs."""
+        return self._approvals
+
     def signals_for(self, request: TurnRequest) -> TurnSignals:
         """Create the interrupt state for a turn (the caller may raise drain on it)."""
         return TurnSignals(
@@ -234,7 +239,8 @@ class Runtime:
         )
         if start.tombstoned:
             run.diag.note("tombstoned")
-            return Cancelled(by="stop recorded before the turn started")
+            by = await self._approvals.stopped_by(run.request.session_id, run.request.turn_id)
+            return Cancelled(by=by or "a stop recorded before the turn started")
         run.history = await self._checked(run, start.history)
         run.call_ids = {
             c.id for m in run.history if isinstance(m, AssistantMessage) for c in m.tool_calls
@@ -326,9 +332,7 @@ class Runtime:
                 await self._observe(run, _response(answer))
         return [by_id[c.id] for c in message.tool_calls]
 
-    async def _suspend(
-        self, run: _Run, message: AssistantMessage, gated: set[str]
-    ) -> RunResult:
+    async def _suspend(self, run: _Run, message: AssistantMessage, gated: set[str]) -> RunResult:
         """Suspend the batch in its journal with one approval request per gated call."""
         now = time.time()
         expires_at = now + self._limits.approval_timeout_s
@@ -384,8 +388,8 @@ class Runtime:
                 suspended = suspended.settled(Verdict.SUPERSEDED, "a redirect")
         run.diag.note("close_suspended", suspended.turn_id)
         async with run.signals.watching():
-            results = await self._run_suspended(run, suspended, stopped_by)
-        records = {a.call_id: a.to_json() for a in suspended.approvals.values()}
+            results, approvals = await self._run_suspended(run, suspended, stopped_by)
+        records = {a.call_id: a.to_json() for a in approvals.values()}
         await self._store.close_suspended(
             session, suspended.turn_id, [suspended.batch, *results], records, run.request.fence
         )
@@ -393,9 +397,13 @@ class Runtime:
 
     async def _run_suspended(
         self, run: _Run, suspended: SuspendedBatch, stopped_by: str | None
-    ) -> list[ToolMessage]:
-        """Answer every call of a suspended batch; run the approved ones."""
+    ) -> tuple[list[ToolMessage], dict[str, Approval]]:
+        """Answer every call of a suspended batch; run the approved ones.
+
+        Returns the results in call order and the approval records as they end.
+        """
         batch = suspended.batch
+        approvals = dict(suspended.approvals)
         answered: dict[str, ToolMessage] = dict(suspended.journaled)
         to_run: list[ToolCall] = []
         for call in batch.tool_calls:
@@ -416,9 +424,8 @@ class Runtime:
             await self._observe(run, _response(result))
         if to_run:
             now = time.time()
-            started = {
-                c.id: replace(suspended.approvals[c.id], started_at=now).to_json() for c in to_run
-            }
+            approvals |= {c.id: replace(approvals[c.id], started_at=now) for c in to_run}
+            started = {c.id: approvals[c.id].to_json() for c in to_run}
             await self._store.update_approvals(run.request.session_id, started, run.request.fence)
             ran = await self._run_batch(
                 run,
@@ -428,7 +435,7 @@ class Runtime:
                 approved=frozenset(c.id for c in to_run),
             )
             answered |= {r.call_id: r for r in ran}
-        return [answered[c.id] for c in batch.tool_calls]
+        return [answered[c.id] for c in batch.tool_calls], approvals
 
     async def _resume(self, run: _Run) -> RunResult | None:
         """Close the batch a dead worker left open (see `agent_core.resume`), if any."""

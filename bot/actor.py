@@ -123,7 +123,7 @@ class Actor:
         switch = await self._switch.state()
         if switch.on:  # taken just as the kill switch went on: it stops before the model
             await self._control.stop(job.session_id, job.turn_id, by=switch.stopper)
-        if await self._followups.tombstoned(job):
+        if not job.resumed and await self._followups.tombstoned(job):
             outcome = await self._runtime.run(
                 TurnRequest(session_id=job.session_id, turn_id=job.turn_id)
             )

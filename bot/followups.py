@@ -52,6 +52,34 @@ return 1
 """
 
 
+# KEYS: the session's lease, open turns, follow-ups, the suspended turn's tombstone, the
+# continuation's tombstone, the approvals hash, the awaiting job, the turns stream.
+# ARGV: fencing token, continuation turn, tombstone ttl, job, suspended turn.
+# Opens the continuation of an analysis suspended for approvals and parks its job until the
+# desk queues it, fenced like a hand-over. A stop that came first (carried over like `open`)
+# or requests already decided (an expiry in between) queue it at once: nobody else would.
+_AWAIT = """
+local held = redis.call('GET', KEYS[1])
+if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return 0 end
+redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('SADD', KEYS[3], ARGV[2])
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+local stop = redis.call('GET', KEYS[4])
+if stop then redis.call('SET', KEYS[5], stop, 'EX', ARGV[3]) end
+local waiting = false
+for _, value in ipairs(redis.call('HVALS', KEYS[6])) do
+  local a = cjson.decode(value)
+  if a['turn_id'] == ARGV[5] and a['verdict'] == 'pending' then waiting = true end
+end
+if stop or not waiting then
+  redis.call('XADD', KEYS[8], '*', 'job', ARGV[4])
+  return 2
+end
+redis.call('SET', KEYS[7], ARGV[4], 'EX', ARGV[3])
+return 1
+"""
+
+
 class Followups:
     """Reads and writes the follow-up bookkeeping of every session of a worker."""
 
@@ -60,6 +88,7 @@ class Followups:
         self._keys = keys
         self._open = redis.register_script(_OPEN_TURN)
         self._hand_over = redis.register_script(_HAND_OVER)
+        self._await = redis.register_script(_AWAIT)
 
     async def tombstoned(self, job: TurnJob) -> bool:
         """Whether the job's turn was stopped before it started."""
@@ -95,6 +124,39 @@ class Followups:
             )
         if not queued:
             raise LeaseLost(f"hand-over of {job.turn_id} fenced (token {lease.token} is stale)")
+
+    async def await_decisions(self, job: TurnJob, lease: Lease, suspended_turn: str) -> None:
+        """Open `job`, the continuation of an analysis suspended for approvals; park its job.
+
+        The desk queues it once every request is decided; a redirect or a stop queues it at
+        once (`bot.queue`).
+
+        Raises:
+            LeaseLost: `lease` no longer holds the session (nothing was written).
+        """
+        k, session = self._keys, job.session_id
+        with map_redis_errors("await approvals"):
+            parked = await self._await(
+                keys=[
+                    k.live_turn(session),
+                    k.open_turns(session),
+                    k.followups(session),
+                    k.session.tombstone(session, suspended_turn),
+                    k.session.tombstone(session, job.turn_id),
+                    k.session.approvals(session),
+                    k.awaiting(session),
+                    k.turns_stream,
+                ],
+                args=[
+                    lease.token,
+                    job.turn_id,
+                    TOMBSTONE_TTL_S,
+                    job.model_dump_json(),
+                    suspended_turn,
+                ],
+            )
+        if not parked:
+            raise LeaseLost(f"awaiting {job.turn_id} fenced (token {lease.token} is stale)")
 
     async def peek_steers(self, session_id: str) -> list[tuple[str, str]]:
         """The steers queued for the session, as (author, text), left in place."""

@@ -10,11 +10,12 @@ the request.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
@@ -22,8 +23,10 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
+from agent_core.errors import StoreError
 from bot.adapters.console import parse_console, verify_console
 from bot.adapters.slack import SlackIdentity, parse_slack, verify_slack
+from bot.approval_desk import ApprovalDesk, Press
 from bot.errors import (
     BodyTooLarge,
     BotConfigError,
@@ -33,7 +36,7 @@ from bot.errors import (
 )
 from bot.events import ChatEvent
 from bot.metrics import IngressMetrics
-from bot.queue import Queue
+from bot.queue import Queue, Route
 from bot.routing import route_event
 from bot.settings import Settings
 
@@ -66,6 +69,12 @@ class Ingress:
     slack: SlackIdentity | None = None
     feishu: FeishuVerifier | None = None
     clock: Callable[[], float] = time.time
+    desk: ApprovalDesk = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.desk = ApprovalDesk(
+            self.redis, self.queue.keys, self.settings.responder_ids, clock=self.clock
+        )
 
     async def forget_nonce(self, nonce: str) -> None:
         """Drop a recorded nonce (best effort: Redis just failed us once already)."""
@@ -114,15 +123,24 @@ def _unavailable() -> JSONResponse:
 
 
 async def _accept(ingress: Ingress, event: ChatEvent, budget: float = ACK_BUDGET_S) -> Response:
-    """Decide and enqueue within `budget` seconds; 503 when Redis cannot take the event."""
+    """Decide and enqueue within `budget` seconds; 503 when Redis cannot take the event.
+
+    An accepted Approve or Deny press is decided by the desk at once; its answer is the body's
+    `message` (a Feishu card callback shows it as a toast).
+    """
+    press: Press | None = None
     try:
         async with asyncio.timeout(max(budget, 0.0)):
             outcome = await route_event(ingress.queue, event)
-    except (TimeoutError, QueueUnavailable) as exc:
+            if outcome == Route.APPROVE.value:
+                press = await ingress.desk.press(event)
+    except (TimeoutError, QueueUnavailable, StoreError) as exc:
         ingress.metrics.unavailable.inc()
         log.warning("event %s not accepted: %s", event.event_id, exc)
         return _unavailable()
     ingress.metrics.event(event.platform.value, outcome)
+    if press is not None:
+        return JSONResponse({"ok": True, "approval": press.outcome.value, "message": press.message})
     return _ok()
 
 
@@ -162,7 +180,8 @@ async def _feishu(request: Request, *, card: bool) -> Response:
         # a replay (the event-id dedupe still guarantees it is written once).
         await ingress.forget_nonce(request.headers.get("x-lark-request-nonce", ""))
     if card and response.status_code == 200:
-        return JSONResponse({"toast": {"type": "info", "content": "Received."}})
+        said = json.loads(bytes(response.body)).get("message", "Received.")
+        return JSONResponse({"toast": {"type": "info", "content": said}})
     return response
 
 

@@ -117,9 +117,20 @@ class BotKeys:
         """Messages queued for the session's next turn (never cut a running one)."""
         return f"{self.session.session_prefix(session_id)}:inbox"
 
-    def approvals(self, session_id: str) -> str:
-        """Approval decisions waiting for the session's worker."""
-        return f"{self.session.session_prefix(session_id)}:approvals"
+    def approval_presses(self, session_id: str) -> str:
+        """Every approve or deny press accepted for the session, in order.
+
+        The audit's copy; the decision itself is written by `bot.approval_desk`.
+        """
+        return f"{self.session.session_prefix(session_id)}:approval-presses"
+
+    def awaiting(self, session_id: str) -> str:
+        """The job that continues an analysis suspended for approvals.
+
+        Queued on the turns stream once every request is decided, or at once by a redirect or
+        a stop.
+        """
+        return f"{self.session.session_prefix(session_id)}:awaiting"
 
     @property
     def console_cards(self) -> str:

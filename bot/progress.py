@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent_core import RunEvent, ToolStatus
+from agent_core.approvals import Approval
 from agent_core.messages import ToolCall
 from agent_core.redaction import redact
+from bot.approval_desk import approval_button_value
 from cards.model import (
+    CardApproval,
     CardStatus,
     CardStep,
     Intervention,
@@ -102,6 +105,7 @@ class CardTracker:
             pending_calls=0,
             handed_over=False,
             redirect_pending=False,
+            approvals=(),
         )
 
     def handed_over(self) -> None:
@@ -115,8 +119,12 @@ class CardTracker:
         steps = list(self._card.steps)
         now = self._clock()
         for call in event.calls:
-            self._running[call.id] = _Running(len(steps), now)
-            steps.append(CardStep(tool=call.name, args=summarize_args(call)))
+            step = CardStep(tool=call.name, args=summarize_args(call))
+            index = self._shown_unanswered(steps, step)
+            if index is None:  # a resumed batch's calls are on the card already
+                index = len(steps)
+                steps.append(step)
+            self._running[call.id] = _Running(index, now)
         for response in event.responses:
             running = self._running.pop(response.call_id, None)
             if running is None:
@@ -130,6 +138,29 @@ class CardTracker:
         if event.calls or event.responses:
             pending = self.in_flight if self._card.status is CardStatus.STOPPING else 0
             self._set(steps=tuple(steps), pending_calls=pending)
+
+    def _shown_unanswered(self, steps: list[CardStep], step: CardStep) -> int | None:
+        """The index of a step still shown running that no call of this tracker owns."""
+        owned = {running.index for running in self._running.values()}
+        for index in range(len(steps) - 1, -1, -1):
+            shown = steps[index]
+            if index not in owned and shown.state is StepState.RUNNING and shown == step:
+                return index
+        return None
+
+    def awaiting_approval(self, approvals: Sequence[Approval]) -> None:
+        """Calls wait for people's decisions: the card shows each, with Approve and Deny."""
+        shown = tuple(
+            CardApproval(
+                tool=a.tool,
+                args=summarize_args(ToolCall(id=a.call_id, name=a.tool, arguments=a.arguments)),
+                risk=a.risk.value,
+                value=approval_button_value(a),
+            )
+            for a in approvals
+        )
+        self._running.clear()
+        self._set(status=CardStatus.AWAITING_APPROVAL, approvals=shown)
 
     def stopping(self, by: str) -> None:
         """A stop was accepted: say who, and how many calls it still waits for."""

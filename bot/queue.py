@@ -16,7 +16,8 @@ Routes:
   its start has not arrived yet. The stop's platform time is kept a day: a start request sent
   before it, whose delivery arrives after it (a platform retry), never starts.
 - `queue`: the message waits in the session's inbox for the next turn (it never cuts one).
-- `approve`: the decision waits for the session's worker.
+- `approve`: the press is kept in the session's approval presses (the desk, `bot.approval_desk`,
+  decides it right after).
 
 Payloads are JSON validated by pydantic models, never pickle.
 """
@@ -77,6 +78,16 @@ local route = routes[state]
 if route == '' then return {2, '', ''} end
 local keep, sent_at = @KEEP@, tonumber(ARGV[8])
 local result = ''
+-- An analysis suspended for approvals continues at once when redirected or stopped: its
+-- waiting calls are answered "interrupted" by the continuation (already an open turn, so a
+-- stop tombstones it and a steer joins it).
+local function wake_awaiting()
+  local job = redis.call('GET', p .. '@AWAITING@')
+  if job then
+    redis.call('XADD', KEYS[3], '*', 'job', job)
+    redis.call('DEL', p .. '@AWAITING@')
+  end
+end
 if route == 'start' then
   local stopped_at = tonumber(redis.call('GET', stopped_key) or '0')
   if sent_at > 0 and sent_at <= stopped_at then
@@ -87,11 +98,13 @@ if route == 'start' then
     redis.call('EXPIRE', open_turns, keep)
   end
 elseif route == 'steer' then
+  wake_awaiting()
   redis.call('RPUSH', p .. '@STEER@', ARGV[3])
   redis.call('EXPIRE', p .. '@STEER@', keep)
   redis.call('RPUSH', bell, 'steer')
   redis.call('EXPIRE', bell, @BELL_TTL@)
 elseif route == 'stop' then
+  wake_awaiting()
   if sent_at > tonumber(redis.call('GET', stopped_key) or '0') then
     redis.call('SET', stopped_key, ARGV[8], 'EX', keep)
   end
@@ -136,7 +149,8 @@ def _submit_script(keys: BotKeys) -> str:
         "@STEER@": suffix(keys.session.steers(probe)),
         "@TOMB@": suffix(keys.session.tombstone(probe, "")),
         "@INBOX@": suffix(keys.inbox(probe)),
-        "@APPROVALS@": suffix(keys.approvals(probe)),
+        "@APPROVALS@": suffix(keys.approval_presses(probe)),
+        "@AWAITING@": suffix(keys.awaiting(probe)),
         "@KEEP@": str(TOMBSTONE_TTL_S),
         "@BELL_TTL@": str(BELL_TTL_S),
         "@DEDUPE_TTL@": str(DEDUPE_TTL_S),

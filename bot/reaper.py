@@ -9,6 +9,8 @@ lease index (`BotKeys.leases`, scored by expiry) still names the session. Each s
    session from the index.
 2. Deliver every final state that is recorded but not yet shown (a platform outage at the
    worker's last update, or step 1 itself).
+3. Expire approval requests nobody decided in time (`bot.approval_desk`): each expiry that ends
+   an analysis's wait queues its continuation, which answers the call "approval expired".
 
 Every step is idempotent, so two reapers (or one that crashed half-way) finish the same work
 without doing it twice (RELIABILITY C10). A turn whose lease expired is first left to the
@@ -29,6 +31,7 @@ import redis.asyncio as aioredis
 
 from agent_core import SettleReason, SettleRecord
 from agent_core.store import map_redis_errors
+from bot.approval_desk import ApprovalDesk
 from bot.card_record import DELIVERY_STALE_S, CardRecord
 from bot.events import Platform
 from bot.keys import BotKeys
@@ -56,6 +59,8 @@ class SweepReport:
     """Cards finalized as interrupted."""
     delivered: int
     """Final states shown on the platform."""
+    expired: int = 0
+    """Approval requests nobody decided in time, now expired (their analyses continue)."""
 
 
 class Reaper:
@@ -77,6 +82,7 @@ class Reaper:
         self._leases = leases
         self._settle = settle
         self._platforms = platforms
+        self._desk = ApprovalDesk(redis, keys)
 
     async def sweep(self, now_ms: int | None = None) -> SweepReport:
         """One pass over expired leases and undelivered finals.
@@ -99,7 +105,12 @@ class Reaper:
                 delivered += await self._deliver(session)
             except Exception:
                 log.exception("delivering the card of %s failed; the next sweep retries", session)
-        return SweepReport(interrupted=interrupted, delivered=delivered)
+        try:
+            expired = await self._desk.expire_due()
+        except Exception:
+            log.exception("expiring approvals failed; the next sweep retries")
+            expired = 0
+        return SweepReport(interrupted=interrupted, delivered=delivered, expired=expired)
 
     async def _reap(self, session_id: str) -> int:
         """Finalize, settle, deliver, forget: each step idempotent, the last one last."""

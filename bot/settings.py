@@ -45,9 +45,23 @@ class Settings(BaseSettings):
         default="", validation_alias=AliasChoices("CHATOPS_HTTP_ALLOWLIST", "http_allowlist")
     )
     """Comma-separated `host` or `host:port` entries the `http_get` tool may reach."""
+    prometheus_url: str | None = Field(default=None, validation_alias="CHATOPS_PROMETHEUS_URL")
+    """Root URL of the Prometheus server the `prometheus_query` tool reads (e.g.
+    `http://prometheus:9090`); unset or empty: the agent has no Prometheus tool."""
     shell_allowlist: str = Field(default="", validation_alias="CHATOPS_SHELL_ALLOWLIST")
     """Comma-separated command prefixes the read-only `shell` tool may run (e.g.
     `kubectl get,kubectl logs,df`); empty: the agent has no shell tool."""
+    mcp_servers: str = Field(default="", validation_alias="CHATOPS_MCP_SERVERS")
+    """A JSON list of MCP servers whose tools the agent may call (format and safe defaults in
+    `agent_core.tools.mcp.config`); empty: none."""
+    responders: str = Field(default="", validation_alias="CHATOPS_RESPONDERS")
+    """Comma-separated platform user ids (Slack `U…`, Feishu `ou_…`) of the responder groups:
+    the people who may approve a call that changes something. Empty: nobody can approve, so
+    every such call is denied or expires (approvals fail closed)."""
+    approval_timeout_s: float = Field(
+        default=900.0, gt=0, validation_alias="CHATOPS_APPROVAL_TIMEOUT_S"
+    )
+    """How long a call waits for a decision before it expires (answered "approval expired")."""
     lease_ttl_s: float = Field(default=30.0, gt=0, validation_alias="CHATOPS_LEASE_TTL_S")
     production: bool = Field(default=False, validation_alias="CHATOPS_PRODUCTION")
     """Refuse to start against a Redis that would lose the queue on restart (no AOF)."""
@@ -64,6 +78,14 @@ class Settings(BaseSettings):
         default=0.0, ge=0, validation_alias="CHATOPS_PRICE_COMPLETION_PER_MTOK"
     )
     """Price of a million completion tokens."""
+    scheduled_jobs: str = Field(default="", validation_alias="CHATOPS_SCHEDULED_JOBS")
+    """A JSON list of cron jobs `chatops scheduler` runs as ordinary turns (format in
+    `bot.scheduled_jobs.ScheduledJob`); empty: none."""
+
+    @property
+    def responder_ids(self) -> frozenset[str]:
+        """`CHATOPS_RESPONDERS` as a set of user ids."""
+        return frozenset(part.strip() for part in self.responders.split(",") if part.strip())
 
     @field_validator("console_token", mode="before")
     @classmethod

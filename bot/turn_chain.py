@@ -93,6 +93,7 @@ class TurnChain:
         self._remedy_rungs = remedy_rungs
         self._max_turns = max_turns
         self._live: dict[str, TurnSignals] = {}
+        self._approvals = runtime.approvals
         self._draining = False
 
     def drain(self) -> None:
@@ -119,6 +120,9 @@ class TurnChain:
                 await self._hand_over(chain, outcome)
                 chain.tracker.handed_over()
                 return None  # the card stays live: the analysis continues elsewhere
+            if isinstance(outcome.result, Awaiting) and outcome.result.approvals:
+                await self._await_approvals(chain, outcome, outcome.result.approvals)
+                return None  # the card asks for decisions; the worker is free meanwhile
             if follow_up is None:
                 await self.settle_or_lose(outcome, chain.lease)
                 return self._final(chain, outcome)
@@ -155,6 +159,7 @@ class TurnChain:
             turn_id=chain.turn_id,
             inputs=tuple(inputs),
             fence=Fence(self._keys.live_turn(session), chain.lease.token),
+            requester=chain.job.event.author,
         )
         signals = self._runtime.signals_for(request)
         signals.on_stop = chain.tracker.stopping
@@ -191,7 +196,7 @@ class TurnChain:
                 return tracker.final(CardStatus.ANSWERED, answer=answer)
             case Stopped(by=by):
                 return tracker.final(CardStatus.STOPPED, by=by)
-            case Cancelled(by=by) if chain.turns > 1:
+            case Cancelled(by=by) if chain.turns > 1 or chain.job.resumed:
                 return tracker.final(CardStatus.STOPPED, by=by)  # stopped between two turns
             case Cancelled(by=by):
                 return tracker.final(CardStatus.CANCELLED, by=by)
@@ -201,6 +206,24 @@ class TurnChain:
                 return None  # resumed by another worker, on this very card
             case Dispatched() | Awaiting() | Steered():
                 return tracker.final(CardStatus.ANSWERED, answer=outcome.reason.value)
+
+    async def _await_approvals(
+        self, chain: Chain, outcome: RunOutcome, call_ids: tuple[str, ...]
+    ) -> None:
+        """Settle a turn suspended for approvals and park its continuation for the desk."""
+        session = chain.job.session_id
+        next_turn = f"{chain.job.turn_id}.{chain.turns}"
+        job = TurnJob(turn_id=next_turn, session_id=session, event=chain.job.event, resumed=True)
+        await self._followups.await_decisions(job, chain.lease, suspended_turn=chain.turn_id)
+        await self.settle_or_lose(outcome, chain.lease)
+        records = await self._approvals.records(session)
+        chain.tracker.awaiting_approval([records[c] for c in call_ids if c in records])
+        log.info(
+            "turn %s waits for %d approval(s); %s continues",
+            chain.turn_id,
+            len(call_ids),
+            next_turn,
+        )
 
     async def _hand_over(self, chain: Chain, outcome: RunOutcome) -> None:
         """Settle a drained turn and queue its continuation (a new turn of the analysis)."""

@@ -18,7 +18,9 @@ from redis.exceptions import RedisError
 
 from agent_core import HostAllowlist, LoopLimits, Runtime, Toolset, http_get_tool
 from agent_core.errors import ConfigError
+from agent_core.tools.http_probe import http_probe_tool
 from agent_core.tools.hygiene import guarded
+from agent_core.tools.prometheus import prometheus_tool
 from agent_core.tools.shell import CommandAllowlist, shell_tool
 from bot.actor import Actor, ActorOptions
 from bot.errors import BotConfigError
@@ -195,12 +197,33 @@ async def open_worker(
         except ValueError as exc:
             raise BotConfigError(f"CHATOPS_FAILPOINTS: {exc}") from exc
         tools = [http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)]
+        if settings.http_allowlist.strip():
+            # Its own client, keeping no idle connection: every probe opens a new one, so its
+            # latency includes connect and TLS, and it reads a fresh handshake's certificate.
+            probe_http = httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0))
+            stack.push_async_callback(probe_http.aclose)
+            allowlist = HostAllowlist.parse(settings.http_allowlist)
+            tools.append(http_probe_tool(allowlist, probe_http))
+        if prometheus_url := (settings.prometheus_url or "").strip():
+            try:
+                tools.append(prometheus_tool(prometheus_url, http))
+            except ConfigError as exc:
+                raise BotConfigError(f"CHATOPS_PROMETHEUS_URL: {exc}") from exc
         if settings.shell_allowlist.strip():
             try:
                 commands = CommandAllowlist.parse(settings.shell_allowlist)
             except ConfigError as exc:
                 raise BotConfigError(f"CHATOPS_SHELL_ALLOWLIST: {exc}") from exc
             tools.append(shell_tool(commands))
+        if settings.mcp_servers.strip():
+            # Imported only when configured: the `mcp` package adds ~0.3 s to a worker's start.
+            from agent_core.tools.mcp import open_mcp_tools, parse_mcp_servers
+
+            try:
+                mcp_servers = parse_mcp_servers(settings.mcp_servers)
+            except ConfigError as exc:
+                raise BotConfigError(f"CHATOPS_MCP_SERVERS: {exc}") from exc
+            tools.extend(await open_mcp_tools(mcp_servers, stack))
         toolset = failpoints.toolset(guarded(Toolset.of(tools)))
         runtime = Runtime(
             model=model,
@@ -208,7 +231,10 @@ async def open_worker(
             toolset=toolset,
             instructions=INSTRUCTIONS,
             sink=failpoints.sink(),
-            limits=LoopLimits(steer_cancels_tools=settings.steer_cancels_tools),
+            limits=LoopLimits(
+                steer_cancels_tools=settings.steer_cancels_tools,
+                approval_timeout_s=settings.approval_timeout_s,
+            ),
         )
         leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
         actor = Actor(

@@ -17,6 +17,7 @@ from typing import TypeVar, assert_never
 
 from cards.limits import truncate
 from cards.model import (
+    CardApproval,
     CardStatus,
     CardStep,
     Intervention,
@@ -50,6 +51,7 @@ STATUS_ICONS: Mapping[CardStatus, str] = MappingProxyType(
         CardStatus.QUEUED: "🕒",
         CardStatus.WORKING: "🔎",
         CardStatus.STOPPING: "⏳",
+        CardStatus.AWAITING_APPROVAL: "✋",
         CardStatus.ANSWERED: "✅",
         CardStatus.STOPPED: "⏹️",
         CardStatus.FAILED: "❌",
@@ -149,6 +151,13 @@ def _answered(card: ProgressCard, escape: Escape) -> str:
     return f"Answered (redirected by {shown}{more})"
 
 
+def _redirected(card: ProgressCard) -> str:
+    running = sum(step.state is StepState.RUNNING for step in card.steps)
+    if running:
+        return f"Redirected — finishing {plural(running, 'in-flight call')} first…"
+    return "Redirected — taking it at the next step…"
+
+
 def status_text(card: ProgressCard, escape: Escape) -> str:
     """How things stand, in words (`Stopping — by alice, waiting for 2 in-flight calls…`)."""
     match card.status:
@@ -157,14 +166,14 @@ def status_text(card: ProgressCard, escape: Escape) -> str:
         case CardStatus.WORKING if card.handed_over:
             return "Continuing on another worker…"
         case CardStatus.WORKING if card.redirect_pending:
-            running = sum(step.state is StepState.RUNNING for step in card.steps)
-            if running:
-                return f"Redirected — finishing {plural(running, 'in-flight call')} first…"
-            return "Redirected — taking it at the next step…"
+            return _redirected(card)
         case CardStatus.WORKING:
             return "Investigating…"
         case CardStatus.STOPPING:
             return _stopping(card, escape)
+        case CardStatus.AWAITING_APPROVAL:
+            waiting = plural(len(card.approvals), "call")
+            return f"Waiting for approval — {waiting} would change something"
         case CardStatus.ANSWERED:
             return _answered(card, escape)
         case CardStatus.STOPPED:
@@ -179,6 +188,18 @@ def status_text(card: ProgressCard, escape: Escape) -> str:
             return "Cancelled before it started"
         case _:
             assert_never(card.status)
+
+
+def approval_line(approval: CardApproval, escape: Escape) -> str:
+    """`✋ Needs approval (changes something): `restart_pod` {"pod": "checkout-1"}`."""
+    kind = (
+        "destructive: a second person must approve"
+        if approval.risk == "destructive"
+        else "changes something"
+    )
+    tool = piece(approval.tool.replace("`", "'"), TOOL_CHARS, escape)
+    args = piece(one_line(approval.args), ARGS_CHARS, escape)
+    return f"✋ Needs approval ({kind}): `{tool}` {args}"
 
 
 def step_line(step: CardStep, escape: Escape) -> str:

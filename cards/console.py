@@ -65,6 +65,11 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
             lines.extend(line for text in block.split("\n") for line in _wrap(text, width, 1))
     if card.status is CardStatus.ANSWERED:
         lines.extend(_answer(card.answer, width))
+    if card.status is CardStatus.AWAITING_APPROVAL:
+        for approval in card.approvals:
+            lines.append("")
+            lines.extend(_wrap(_lines.approval_line(approval, _plain), width, 1))
+            lines.append(f"  [ /approve {approval.value} ]  [ /deny {approval.value} ]")
     if not card.is_final:
         lines.extend(["", STOP_HINT])
     return "\n".join(lines)

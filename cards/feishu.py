@@ -27,7 +27,7 @@ from typing import Any
 from cards import _lines
 from cards._mentions import defuse
 from cards.limits import FEISHU, FeishuLimits, LimitExceeded, truncate
-from cards.model import CardStatus, ProgressCard
+from cards.model import CardApproval, CardStatus, ProgressCard
 
 __all__ = ["HEADER_TEMPLATES", "STOP_ACTION", "escape_markdown", "json_bytes", "render_feishu"]
 
@@ -35,11 +35,15 @@ Element = dict[str, Any]
 
 STOP_ACTION = "stop"
 """`value.action` of the Stop button's callback."""
+APPROVE_ACTION = "approve"
+DENY_ACTION = "deny"
+"""`value.action` of a waiting call's buttons; `value.call` is `CardApproval.value`."""
 HEADER_TEMPLATES: Mapping[CardStatus, str] = MappingProxyType(
     {
         CardStatus.QUEUED: "grey",
         CardStatus.WORKING: "blue",
         CardStatus.STOPPING: "orange",
+        CardStatus.AWAITING_APPROVAL: "purple",
         CardStatus.ANSWERED: "green",
         CardStatus.STOPPED: "grey",
         CardStatus.FAILED: "red",
@@ -94,6 +98,11 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
         elements.append(_markdown(people))
     if card.status is CardStatus.ANSWERED:
         elements.extend(_answer(card.answer, limits))
+    if card.status is CardStatus.AWAITING_APPROVAL:
+        for approval in card.approvals[: limits.approvals]:
+            elements.append(_markdown(_lines.approval_line(approval, escape_markdown)))
+            elements.append(_button(card, approval, APPROVE_ACTION, "Approve", "primary", limits))
+            elements.append(_button(card, approval, DENY_ACTION, "Deny", "danger", limits))
     if not card.is_final:
         elements.append(_stop_button(card, limits))
     return {
@@ -144,12 +153,30 @@ def _markdown(content: str, *, text_size: str = "normal") -> Element:
 
 def _stop_button(card: ProgressCard, limits: FeishuLimits) -> Element:
     value = {"action": STOP_ACTION, "turn": card.turn_id, "thread": card.thread}
+    return _callback_button("Stop", "danger", value, limits)
+
+
+def _button(
+    card: ProgressCard,
+    approval: CardApproval,
+    action: str,
+    label: str,
+    kind: str,
+    limits: FeishuLimits,
+) -> Element:
+    """Approve or Deny for one waiting call: the callback value names the call."""
+    value = {"action": action, "call": approval.value, "thread": card.thread}
+    return _callback_button(label, kind, value, limits)
+
+
+def _callback_button(label: str, kind: str, value: dict[str, str], limits: FeishuLimits) -> Element:
+    """A button whose press comes back as a `card.action.trigger` callback with `value`."""
     size = json_bytes(value)
     if size > limits.button_value_bytes:
         raise LimitExceeded("button value", size=size, limit=limits.button_value_bytes)
     return {
         "tag": "button",
-        "text": {"tag": "plain_text", "content": "Stop"},
-        "type": "danger",
+        "text": {"tag": "plain_text", "content": label},
+        "type": kind,
         "behaviors": [{"type": "callback", "value": value}],
     }

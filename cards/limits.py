@@ -56,6 +56,9 @@ class SlackLimits:
     """Tool calls listed at most (our choice: a card is a summary, the newest calls matter)."""
     intervention_lines: int = 10
     """Interventions listed at most (our choice)."""
+    approvals: int = 5
+    """Waiting calls shown with their buttons (one batch rarely holds more; the rest wait
+    until these are decided, or expire)."""
 
 
 _FEISHU_FRAME_BYTES = 2_000
@@ -96,6 +99,9 @@ class FeishuLimits:
     """Tool calls listed at most (our choice: a card is a summary, the newest calls matter)."""
     intervention_lines: int = 10
     """Interventions listed at most (our choice)."""
+    approvals: int = 5
+    """Waiting calls shown with their buttons (one batch rarely holds more; the rest wait
+    until these are decided, or expire)."""
 
     def __post_init__(self) -> None:
         planned = (

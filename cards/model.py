@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "CardApproval",
     "CardStatus",
     "CardStep",
     "Intervention",
@@ -31,6 +32,8 @@ class CardStatus(StrEnum):
     """A turn is running."""
     STOPPING = "stopping"
     """A stop was accepted; in-flight calls are being answered "interrupted"."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Calls that would change something wait for a person's decision (Approve/Deny)."""
     ANSWERED = "answered"
     """Final: the model gave its answer (possibly after being redirected)."""
     STOPPED = "stopped"
@@ -45,7 +48,12 @@ class CardStatus(StrEnum):
     @property
     def is_final(self) -> bool:
         """A final card has no Stop button and never changes again."""
-        return self not in (CardStatus.QUEUED, CardStatus.WORKING, CardStatus.STOPPING)
+        return self not in _LIVE
+
+
+_LIVE = frozenset(
+    {CardStatus.QUEUED, CardStatus.WORKING, CardStatus.STOPPING, CardStatus.AWAITING_APPROVAL}
+)
 
 
 class StepState(StrEnum):
@@ -68,6 +76,19 @@ class CardStep:
     state: StepState = StepState.RUNNING
     duration_s: float | None = None
     """How long the call took; None while it runs."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardApproval:
+    """A call waiting for a person's decision: the card shows it exactly, with two buttons."""
+
+    tool: str
+    args: str
+    """The call's arguments (secrets redacted), as the decision is about exactly them."""
+    risk: str
+    """`side_effect` or `destructive` (a destructive call needs a second person)."""
+    value: str
+    """What the Approve and Deny buttons carry back (the call and a digest of its arguments)."""
 
 
 class InterventionKind(StrEnum):
@@ -110,6 +131,8 @@ class ProgressCard:
     """For FAILED: a short reason fit for people."""
     handed_over: bool = False
     """The worker running the analysis is shutting down; another one continues it."""
+    approvals: tuple[CardApproval, ...] = ()
+    """While awaiting approval: the waiting calls."""
     redirect_pending: bool = False
     """Someone redirected the analysis; it takes the redirect at its next cut, once the calls
     still running have answered."""
@@ -131,7 +154,7 @@ class ProgressCard:
             replace(step, state=StepState.INTERRUPTED) if step.state is StepState.RUNNING else step
             for step in self.steps
         )
-        return replace(self, status=status, steps=steps, pending_calls=0, **changes)
+        return replace(self, status=status, steps=steps, pending_calls=0, approvals=(), **changes)
 
     def evolve(self, **changes: Any) -> ProgressCard:
         """A copy with some fields changed."""
@@ -157,7 +180,14 @@ class ProgressCard:
                 Intervention(**{**i, "kind": InterventionKind(i["kind"])})
                 for i in data.pop("interventions")
             )
+            approvals = tuple(CardApproval(**a) for a in data.pop("approvals", ()))
             status = CardStatus(data.pop("status"))
-            return cls(**data, status=status, steps=steps, interventions=interventions)
+            return cls(
+                **data,
+                status=status,
+                steps=steps,
+                interventions=interventions,
+                approvals=approvals,
+            )
         except (TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"not a progress card: {exc}") from exc

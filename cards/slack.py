@@ -22,7 +22,7 @@ from typing import Any
 from cards import _lines
 from cards._mentions import defuse
 from cards.limits import SLACK, LimitExceeded, SlackLimits, truncate
-from cards.model import CardStatus, ProgressCard
+from cards.model import CardApproval, CardStatus, ProgressCard
 
 __all__ = ["STOP_ACTION_ID", "escape_mrkdwn", "render_slack", "slack_text"]
 
@@ -30,6 +30,9 @@ Block = dict[str, Any]
 
 STOP_ACTION_ID = "stop"
 """The Stop button's `action_id`; its `value` is the turn id."""
+APPROVE_ACTION_ID = "approve"
+DENY_ACTION_ID = "deny"
+"""The `action_id`s of a waiting call's buttons; their `value` is `CardApproval.value`."""
 _UNTITLED = "Analysis"
 """Shown when the task is empty: Slack refuses an empty header."""
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
@@ -71,6 +74,11 @@ def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]
         blocks.append(_context(people, limits))
     if card.status is CardStatus.ANSWERED:
         blocks.extend(_answer(card.answer, limits))
+    if card.status is CardStatus.AWAITING_APPROVAL:
+        for approval in card.approvals[: limits.approvals]:
+            line = _lines.approval_line(approval, escape_mrkdwn)
+            blocks.append(_section(line, limits.section_text))
+            blocks.append(_decision(approval, limits))
     if not card.is_final:
         blocks.append(_actions(card, limits))
     return blocks
@@ -135,3 +143,26 @@ def _actions(card: ProgressCard, limits: SlackLimits) -> Block:
         "text": {"type": "plain_text", "text": truncate("Stop", limits.button_text)},
     }
     return {"type": "actions", "elements": [button]}
+
+
+def _decision(approval: CardApproval, limits: SlackLimits) -> Block:
+    """Approve and Deny for one waiting call; their value names the call and its arguments."""
+    if len(approval.value) > limits.button_value:
+        raise LimitExceeded("approval value", size=len(approval.value), limit=limits.button_value)
+
+    def button(action_id: str, label: str, style: str) -> Block:
+        return {
+            "type": "button",
+            "action_id": action_id,
+            "value": approval.value,
+            "style": style,
+            "text": {"type": "plain_text", "text": truncate(label, limits.button_text)},
+        }
+
+    return {
+        "type": "actions",
+        "elements": [
+            button(APPROVE_ACTION_ID, "Approve", "primary"),
+            button(DENY_ACTION_ID, "Deny", "danger"),
+        ],
+    }

@@ -43,8 +43,9 @@ async def test_secrets_are_redacted_framed_and_injected_calls_run_nothing(
     assert content.count("</tool_output>") == 1 and content.endswith("</tool_output>")
     assert "ignore previous instructions" in content  # shown as data, not dropped
 
-    # A1: only the read-only tool is offered; the injected call answers "unknown", runs nothing.
-    assert [t["function"]["name"] for t in fake_llm.requests[0].tools or []] == ["http_get"]
+    # A1: only read-only tools are offered; the injected call answers "unknown", runs nothing.
+    offered = [t["function"]["name"] for t in fake_llm.requests[0].tools or []]
+    assert offered == ["http_get", "http_probe"]
     refused = fake_llm.requests[2].messages[-1]
     assert refused["role"] == "tool"
     assert refused["content"].startswith("error: unknown tool 'delete_everything'")

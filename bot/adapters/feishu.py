@@ -327,5 +327,5 @@ def _button_press(
         author=author,
         author_kind=AuthorKind.HUMAN,
         action=value["action"],
-        action_value=str(value.get("turn") or ""),
+        action_value=str(value.get("turn") or value.get("call") or ""),
     )
