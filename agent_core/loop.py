@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -29,6 +29,7 @@ from agent_core.approvals import (
     closing_answer,
 )
 from agent_core.batch import needs_approval, run_batch
+from agent_core.budget import Budget, BudgetMeter, wrap_up_note
 from agent_core.diagnostics import ProbePoint, RunDiagnostics, RunOutcome
 from agent_core.errors import AgentError, HistoryError, HistoryRejected
 from agent_core.events import (
@@ -52,6 +53,7 @@ from agent_core.messages import (
     ToolCall,
     ToolMessage,
     ToolStatus,
+    UserKind,
     UserMessage,
 )
 from agent_core.outcome import (
@@ -82,8 +84,8 @@ EventSink = Callable[[RunEvent], Awaitable[None]]
 class LoopLimits:
     """Bounds on one turn."""
 
-    max_model_requests: int = 25
-    """A turn that needs more model requests than this fails with a clear message."""
+    budget: Budget = field(default_factory=Budget)
+    """What one turn may spend (requests, tool calls, repeats, tokens) before it wraps up."""
     approval_timeout_s: float = 900.0
     """How long a call waits for a person's approval before it expires (answered "approval
     expired" when the turn resumes)."""
@@ -132,6 +134,7 @@ class _Run:
     ledger: BalanceLedger = field(default_factory=BalanceLedger)
     call_ids: set[str] = field(default_factory=set)
     sinks: tuple[EventSink, ...] = ()
+    meter: BudgetMeter = field(default_factory=lambda: BudgetMeter(Budget()))
 
 
 _CUT_RESULTS: dict[Signal, RunResult] = {
@@ -206,6 +209,7 @@ class Runtime:
             signals=signals or self.signals_for(request),
             diag=RunDiagnostics(session_id=request.session_id, turn_id=request.turn_id),
             sinks=tuple(s for s in (self._sink, sink) if s is not None),
+            meter=BudgetMeter(self._limits.budget),
         )
         listener = run.signals.on_stop
 
@@ -257,11 +261,8 @@ class Runtime:
             checkpoint()
             if run.signals.stop.is_set():
                 return Stopped(by=run.signals.stopped_by)
-            if run.diag.model_requests >= self._limits.max_model_requests:
-                return Failed(
-                    f"step limit reached ({self._limits.max_model_requests} model "
-                    "requests) without a final answer"
-                )
+            if why := run.meter.exhausted(run.diag):
+                return await self._wrap_up(run, why)
             try:
                 response = await self._request(run)
             except HistoryRejected as exc:
@@ -289,8 +290,11 @@ class Runtime:
             )
             run.history.append(message)
             return Completed(answer=message.content, final_event_id=final.id)
-        gated = {c.id for c in calls if needs_approval(c, self._toolset)}
-        results = await self._run_batch(run, message, skip=gated)
+        refused = run.meter.admit(calls)
+        gated = {c.id for c in calls if c.id not in refused and needs_approval(c, self._toolset)}
+        results = await self._run_batch(run, message, skip=gated | set(refused))
+        if refused:
+            results = await self._refuse(run, message, results, refused)
         cut: RunResult | None = None
         if gated:
             cut = await self._park(run, gated)
@@ -304,6 +308,51 @@ class Runtime:
         if run.signals.stop.is_set():
             return Stopped(by=run.signals.stopped_by)
         return cut or await self._cut(run, "batch_closed")
+
+    async def _refuse(
+        self,
+        run: _Run,
+        message: AssistantMessage,
+        results: list[ToolMessage],
+        refused: Mapping[str, str],
+    ) -> list[ToolMessage]:
+        """Answer the calls the budget did not admit (journaled like any result)."""
+        by_id = {r.call_id: r for r in results}
+        for call in message.tool_calls:
+            if call.id in refused:
+                answer = ToolMessage(
+                    call_id=call.id,
+                    name=call.name,
+                    content=refused[call.id],
+                    status=ToolStatus.ERROR,
+                )
+                await self._store.journal_result(
+                    run.request.session_id, run.request.turn_id, answer, run.request.fence
+                )
+                by_id[call.id] = answer
+                await self._observe(run, _response(answer))
+        return [by_id[c.id] for c in message.tool_calls if c.id in by_id]
+
+    async def _wrap_up(self, run: _Run, why: str) -> RunResult:
+        """A spent budget: one last request with no tools, asking for the answer so far."""
+        run.diag.note("budget_spent", why)
+        note = UserMessage(content=wrap_up_note(why), author="chatops", kind=UserKind.NOTICE)
+        await self._store.append_closed(
+            run.request.session_id, run.request.turn_id, [note], run.request.fence
+        )
+        run.history.append(note)
+        response = await self._request(run, Toolset())
+        if response is None:
+            return Stopped(by=run.signals.stopped_by)
+        # No tool was offered: calls the model made anyway are dropped, never run or kept.
+        message = AssistantMessage(content=response.message.content)
+        final = RunEvent(source=EventSource.MODEL, parts=(TextPart(text=message.content),))
+        await self._observe(run, final)
+        await self._store.append_closed(
+            run.request.session_id, run.request.turn_id, [message], run.request.fence
+        )
+        run.history.append(message)
+        return Completed(answer=message.content, final_event_id=final.id, cutoff=why)
 
     async def _park(self, run: _Run, gated: set[str]) -> RunResult | None:
         """Move the calls waiting for approval out of the balance, then cut (probe)."""
@@ -510,8 +559,11 @@ class Runtime:
             raise AgentError("internal: a batch ended without closing the balance")
         return results
 
-    async def _request(self, run: _Run) -> ModelResponse | None:
-        """Make one model request, or return None when a stop aborted it."""
+    async def _request(self, run: _Run, tools: Toolset | None = None) -> ModelResponse | None:
+        """Make one model request, or return None when a stop aborted it.
+
+        `tools` replaces the runtime's toolset for this request (the wrap-up offers none).
+        """
         messages = await self._checked(run, run.history)
         if self._instructions:
             messages = [SystemMessage(content=self._instructions), *messages]
@@ -523,7 +575,8 @@ class Runtime:
             await self._observe(run, delta)
 
         outcome = await until_set(
-            run.signals.stop, self._model.respond(messages, self._toolset, on_delta)
+            run.signals.stop,
+            self._model.respond(messages, self._toolset if tools is None else tools, on_delta),
         )
         if isinstance(outcome, ModelResponse):
             run.diag.usage += outcome.usage  # tokens were spent even if the response is dropped

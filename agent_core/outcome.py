@@ -44,6 +44,8 @@ class Completed:
 
     answer: str
     final_event_id: str
+    cutoff: str = ""
+    """Set when a spent budget ended the analysis early: which one (for the card)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,12 +182,20 @@ class CardTracker:
         self._set(interventions=(*self._card.interventions, *added))
 
     def final(
-        self, status: CardStatus, *, answer: str = "", error: str = "", by: str = ""
+        self,
+        status: CardStatus,
+        *,
+        answer: str = "",
+        error: str = "",
+        by: str = "",
+        cutoff: str = "",
     ) -> ProgressCard:
         """The card's last state (no Stop button; steps still running end interrupted)."""
         interventions = self._card.interventions
         stopped = any(i.kind is InterventionKind.STOP for i in interventions)
         if status is CardStatus.STOPPED and by and not stopped:
             interventions = (*interventions, Intervention(kind=InterventionKind.STOP, by=by))
-        ended = self._card.ended(status, answer=answer, error=error, interventions=interventions)
+        ended = self._card.ended(
+            status, answer=answer, error=error, cutoff=cutoff, interventions=interventions
+        )
         return self._show(ended)

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
         default=None, validation_alias="FEISHU_ENCRYPT_KEY"
     )
     feishu_domain: str | None = Field(default=None, validation_alias="FEISHU_DOMAIN")
+    feishu_tenant_key: str | None = Field(default=None, validation_alias="FEISHU_TENANT_KEY")
+    """Our Feishu tenant's `tenant_key`: events and card callbacks naming another tenant are
+    acknowledged and dropped. Unset or empty: the tenant is not checked (the app id always is)."""
     console_token: SecretStr | None = Field(default=None, validation_alias="CHATOPS_CONSOLE_TOKEN")
     """Enables the console platform (`POST /console/events`, cards on a Redis stream): the
     bearer token its clients send. Unset or empty: the route answers 404 and no console cards
@@ -62,6 +65,16 @@ class Settings(BaseSettings):
         default=900.0, gt=0, validation_alias="CHATOPS_APPROVAL_TIMEOUT_S"
     )
     """How long a call waits for a decision before it expires (answered "approval expired")."""
+    max_steps: int = Field(default=25, ge=1, validation_alias="CHATOPS_MAX_STEPS")
+    """Model requests with tools in one turn; then one tool-less request for the answer."""
+    max_tool_calls: int = Field(default=60, ge=1, validation_alias="CHATOPS_MAX_TOOL_CALLS")
+    """Tool calls in one turn, admitted per whole batch."""
+    max_identical_calls: int = Field(
+        default=2, ge=1, validation_alias="CHATOPS_MAX_IDENTICAL_CALLS"
+    )
+    """Times one exact call (same tool, same arguments) may run in one turn."""
+    token_budget: int = Field(default=0, ge=0, validation_alias="CHATOPS_TOKEN_BUDGET")
+    """Prompt plus completion tokens of one turn; 0: no token budget."""
     lease_ttl_s: float = Field(default=30.0, gt=0, validation_alias="CHATOPS_LEASE_TTL_S")
     production: bool = Field(default=False, validation_alias="CHATOPS_PRODUCTION")
     """Refuse to start against a Redis that would lose the queue on restart (no AOF)."""

@@ -192,8 +192,8 @@ class TurnChain:
     def _final(self, chain: Chain, outcome: RunOutcome) -> ProgressCard | None:
         tracker = chain.tracker
         match outcome.result:
-            case Completed(answer=answer):
-                return tracker.final(CardStatus.ANSWERED, answer=answer)
+            case Completed(answer=answer, cutoff=cutoff):
+                return tracker.final(CardStatus.ANSWERED, answer=answer, cutoff=cutoff)
             case Stopped(by=by):
                 return tracker.final(CardStatus.STOPPED, by=by)
             case Cancelled(by=by) if chain.turns > 1 or chain.job.resumed:

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from agent_core import HostAllowlist, LoopLimits, Runtime, Toolset, http_get_tool
+from agent_core.budget import Budget
 from agent_core.errors import ConfigError
 from agent_core.tools.http_probe import http_probe_tool
 from agent_core.tools.hygiene import guarded
@@ -232,6 +233,12 @@ async def open_worker(
             instructions=INSTRUCTIONS,
             sink=failpoints.sink(),
             limits=LoopLimits(
+                budget=Budget(
+                    max_model_requests=settings.max_steps,
+                    max_tool_calls=settings.max_tool_calls,
+                    max_identical_calls=settings.max_identical_calls,
+                    max_tokens=settings.token_budget,
+                ),
                 steer_cancels_tools=settings.steer_cancels_tools,
                 approval_timeout_s=settings.approval_timeout_s,
             ),

@@ -142,13 +142,16 @@ def _stopping(card: ProgressCard, escape: Escape) -> str:
 
 
 def _answered(card: ProgressCard, escape: Escape) -> str:
-    if not card.redirected:
-        return "Answered"
-    steers = (i for i in card.interventions if i.kind is InterventionKind.STEER)
-    names = list(dict.fromkeys(_who(i.by, escape) for i in steers))
-    shown = ", ".join(names[:NAMES_SHOWN])
-    more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
-    return f"Answered (redirected by {shown}{more})"
+    said = "Answered"
+    if card.redirected:
+        steers = (i for i in card.interventions if i.kind is InterventionKind.STEER)
+        names = list(dict.fromkeys(_who(i.by, escape) for i in steers))
+        shown = ", ".join(names[:NAMES_SHOWN])
+        more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
+        said = f"Answered (redirected by {shown}{more})"
+    if card.cutoff:
+        said += f" — wrapped up early: {piece(card.cutoff, ERROR_CHARS, escape)}"
+    return said
 
 
 def _redirected(card: ProgressCard) -> str:

@@ -129,6 +129,8 @@ class ProgressCard:
     """The final answer (markdown-ish plain text)."""
     error: str = ""
     """For FAILED: a short reason fit for people."""
+    cutoff: str = ""
+    """For ANSWERED: the budget that ended the analysis early (it answered with what it had)."""
     handed_over: bool = False
     """The worker running the analysis is shutting down; another one continues it."""
     approvals: tuple[CardApproval, ...] = ()
