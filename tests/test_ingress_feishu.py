@@ -1,4 +1,4 @@
-"""Feishu ingress, RELIABILITY rows F1–F11 and F13: encrypted, signed requests, a real Redis.
+"""Feishu ingress, RELIABILITY rows F1–F11, F13 and A9: encrypted, signed requests, a real Redis.
 
 Why this way: lark-oapi's own dispatcher checks no time window and no nonce and answers 500 on
 a missing header or a wrong token, so the ingress does those checks itself; these tests prove
@@ -11,6 +11,7 @@ identity is fetched at start-up from the fake Feishu Open API, as in production.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -287,3 +288,120 @@ async def test_an_absurd_send_time_is_ignored_not_a_500(feishu, redis_client) ->
     assert response.status_code == 200
     job = json.loads((await redis_client.xrange(KEYS.turns_stream))[0][1][b"job"])
     assert job["event"]["sent_at"] == 0
+
+
+OTHER_APP = "cli_a1other0000000f2"
+OTHER_TENANT = "736588c9260f175d"
+
+
+def _naming(payload: dict[str, Any], **fields: str) -> dict[str, Any]:
+    """`payload` with its envelope (schema 2.0 `header`, v1 `event`) naming other values."""
+    envelope = payload["header"] if "header" in payload else payload["event"]
+    envelope.update(fields)
+    return payload
+
+
+async def _started_turn(feishu: Feishu, redis: aioredis.Redis, root: str) -> tuple[str, str]:
+    """Start a turn in thread `root`; return (session id, turn id)."""
+    await feishu.post("/feishu/events", sealed(sg.feishu_message_receive(message_id=root)))
+    entries: Any = await redis.xrange(KEYS.turns_stream)
+    job = json.loads(entries[-1][1][b"job"])
+    return session_id_for("feishu", sg.FEISHU_TENANT_KEY, sg.FEISHU_CHAT_ID, root), job["turn_id"]
+
+
+def _stop_press(root: str, turn: str, **header: str) -> dict[str, Any]:
+    press = sg.feishu_card_action(
+        value={"action": "stop", "turn": turn, "thread": root}, open_message_id="om_card_a9"
+    )
+    press["header"].update(header)
+    return press
+
+
+@pytest.fixture
+async def feishu_one_tenant(
+    feishu_api: FakeFeishuAPI, redis_client: aioredis.Redis
+) -> AsyncIterator[Feishu]:
+    """The app with `FEISHU_TENANT_KEY` set to the fixtures' tenant."""
+    app = Feishu(feishu_settings(feishu_api, FEISHU_TENANT_KEY=sg.FEISHU_TENANT_KEY), redis_client)
+    await app.lifespan.__aenter__()
+    yield app
+    await app.client.aclose()
+    await app.lifespan.__aexit__(None, None, None)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _naming(sg.feishu_message_receive(), app_id=OTHER_APP),
+        _naming(sg.feishu_message_receive_v1(), app_id=OTHER_APP),
+    ],
+    ids=["v2", "v1"],
+)
+async def test_a9_an_event_for_another_app_is_acknowledged_and_dropped(
+    feishu, redis_client, payload, caplog
+) -> None:
+    """RELIABILITY A9: 200, so Feishu does not deliver it again; nothing written; no body logged."""
+    caplog.set_level(logging.INFO, logger="bot")
+    request = sealed(payload)
+    response = await feishu.post("/feishu/events", request)
+    assert response.status_code == 200
+    assert await stream_len(redis_client) == 0
+    dropped = [r.getMessage() for r in caplog.records if "not ours" in r.getMessage()]
+    assert dropped == [f"feishu event {_event_id(payload)} from app {OTHER_APP} dropped: not ours"]
+    assert all(request[0].decode() not in r.getMessage() for r in caplog.records)
+
+
+def _event_id(payload: dict[str, Any]) -> str:
+    return str(payload["header"]["event_id"] if "header" in payload else payload["uuid"])
+
+
+async def test_a9_a_card_press_for_another_app_stops_nothing(feishu, redis_client) -> None:
+    """RELIABILITY A9: a Stop press from another app's card is acknowledged and changes nothing."""
+    root = "om_root_a9_app"
+    session, turn = await _started_turn(feishu, redis_client, root)
+    foreign = await feishu.post("/feishu/card", sealed(_stop_press(root, turn, app_id=OTHER_APP)))
+    assert foreign.status_code == 200
+    assert "toast" not in foreign.json()
+    assert await redis_client.exists(Keys().tombstone(session, turn)) == 0
+    assert await redis_client.llen(Keys().bell(session)) == 0
+    ours = await feishu.post("/feishu/card", sealed(_stop_press(root, turn)))
+    assert ours.json()["toast"]["type"] == "info"
+    assert await redis_client.exists(Keys().tombstone(session, turn)) == 1
+
+
+async def test_a9_another_tenant_is_dropped_when_our_tenant_is_set(
+    feishu_one_tenant, redis_client
+) -> None:
+    """RELIABILITY A9 with `FEISHU_TENANT_KEY`: events and card callbacks of another tenant."""
+    feishu = feishu_one_tenant
+    foreign = _naming(sg.feishu_message_receive(), tenant_key=OTHER_TENANT)
+    assert (await feishu.post("/feishu/events", sealed(foreign))).status_code == 200
+    foreign_v1 = _naming(sg.feishu_message_receive_v1(), tenant_key=OTHER_TENANT)
+    assert (await feishu.post("/feishu/events", sealed(foreign_v1))).status_code == 200
+    assert await stream_len(redis_client) == 0
+
+    root = "om_root_a9_tenant"
+    session, turn = await _started_turn(feishu, redis_client, root)
+    assert await stream_len(redis_client) == 1  # our own tenant's event is accepted
+    value = {"action": "stop", "turn": turn, "thread": root}
+    legacy = sg.feishu_legacy_card_action(value=value, open_message_id="om_card_a9")
+    legacy["tenant_key"] = OTHER_TENANT
+    request = sg.feishu_legacy_card_request(legacy, verification_token=TOKEN)
+    assert (await feishu.post("/feishu/card", request)).status_code == 200
+    press = _stop_press(root, turn, tenant_key=OTHER_TENANT)
+    assert (await feishu.post("/feishu/card", sealed(press))).status_code == 200
+    assert await redis_client.exists(Keys().tombstone(session, turn)) == 0
+
+    # A person of another organization in a shared chat presses our card: the callback is
+    # still ours (its header names our tenant), so it counts.
+    shared = _stop_press(root, turn)
+    shared["event"]["operator"]["tenant_key"] = OTHER_TENANT
+    assert (await feishu.post("/feishu/card", sealed(shared))).json()["toast"]["type"] == "info"
+    assert await redis_client.exists(Keys().tombstone(session, turn)) == 1
+
+
+async def test_a9_without_our_tenant_set_the_tenant_is_not_checked(feishu, redis_client) -> None:
+    """RELIABILITY A9: `FEISHU_TENANT_KEY` unset (documented): only the app id is compared."""
+    other_tenant = _naming(sg.feishu_message_receive(), tenant_key=OTHER_TENANT)
+    assert (await feishu.post("/feishu/events", sealed(other_tenant))).status_code == 200
+    assert await stream_len(redis_client) == 1

@@ -9,6 +9,10 @@ with a generic body (RELIABILITY F3–F10).
 
 Feishu does not sign the `url_verification` challenge (the SDK accepts it on the token alone),
 so an unsigned request is accepted only when it decrypts to a challenge with the right token.
+
+An authentic request that names another app or tenant (RELIABILITY A9: an Encrypt Key shared
+between apps, or a second app pointed at this URL) opens to nothing: the ingress acknowledges it,
+so Feishu does not deliver it again, and acts on nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import logging
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,6 +48,8 @@ _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
 _LEGACY_SIGNATURE = re.compile(r"[0-9a-f]{40}")
 
+log = logging.getLogger(__name__)
+
 NonceGuard = Callable[[str], Awaitable[bool]]
 """Records a nonce; returns False when it was already seen (a replay)."""
 
@@ -53,6 +60,10 @@ class FeishuIdentity:
 
     open_id: str
     app_id: str = ""
+    """Our app (`FEISHU_APP_ID`); requests naming another app are dropped. Empty: not checked."""
+    tenant_key: str = ""
+    """Our tenant (`FEISHU_TENANT_KEY`; Feishu's bot info does not say it); requests naming
+    another tenant are dropped. Empty: not checked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +100,8 @@ class FeishuVerifier:
                 if body.lstrip().startswith(b'{"encrypt"')
                 else (_json_object(body))
             )
+            if _foreign(payload, self.identity):
+                return FeishuInbound()
             if not await nonce_guard(headers["x-lark-request-nonce"]):
                 return FeishuInbound(replay=True)
             return FeishuInbound(event=_guarded(_legacy_card_action, payload))
@@ -99,6 +112,8 @@ class FeishuVerifier:
             return FeishuInbound(challenge=str(payload.get("challenge") or ""))
         if not signed:
             raise NotAuthentic("unsigned request that is not a challenge")
+        if _foreign(payload, self.identity):
+            return FeishuInbound()
         if not await nonce_guard(headers["x-lark-request-nonce"]):
             return FeishuInbound(replay=True)
         return FeishuInbound(event=_normalized(payload, self.identity, card=card))
@@ -145,6 +160,42 @@ class FeishuVerifier:
             token.encode(), self.verification_token.encode()
         ):
             raise NotAuthentic("verification token mismatch")
+
+
+def _foreign(payload: Mapping[str, Any], identity: FeishuIdentity) -> bool:
+    """Whether an authentic payload names another app or tenant (RELIABILITY A9); logs it.
+
+    Schema 2.0 events and card callbacks name both in `header`; v1 events in `event`; legacy
+    card callbacks name only the tenant, at the top level. The card operator's own
+    `tenant_key` counts only when the envelope names no tenant: in a chat shared with another
+    organization it is that organization's, while the callback is still ours. A name that is
+    absent is not compared: the signature and token already proved the request is for us.
+    """
+    header, event = payload.get("header"), payload.get("event")
+    envelope: Mapping[str, Any] = (
+        header if isinstance(header, dict) else event if isinstance(event, dict) else payload
+    )
+    app_id = _text(envelope.get("app_id"))
+    tenant = _text(envelope.get("tenant_key")) or _operator_tenant(event)
+    if identity.app_id and app_id and app_id != identity.app_id:
+        whose = f"app {app_id}"
+    elif identity.tenant_key and tenant and tenant != identity.tenant_key:
+        whose = f"tenant {tenant}"
+    else:
+        return False
+    event_id = _text(envelope.get("event_id")) or _text(payload.get("uuid"))
+    log.info("feishu event %s from %s dropped: not ours", event_id or "(no id)", whose)
+    return True
+
+
+def _operator_tenant(event: Any) -> str:
+    operator = event.get("operator") if isinstance(event, dict) else None
+    return _text(operator.get("tenant_key")) if isinstance(operator, dict) else ""
+
+
+def _text(value: Any) -> str:
+    """A payload field as text; anything but a non-empty string counts as absent."""
+    return value if isinstance(value, str) else ""
 
 
 def _normalized(

@@ -32,6 +32,9 @@ def open_client(settings: Settings) -> lark.Client:
 async def fetch_identity(settings: Settings) -> FeishuIdentity:
     """Ask Feishu who the bot is (`GET /open-apis/bot/v3/info`).
 
+    The answer names the bot's `open_id` but not its tenant: our `tenant_key` comes from
+    `FEISHU_TENANT_KEY`, when set (asking Feishu would need another permission scope).
+
     lark-oapi's async raw request never parses the body (it looks up a header httpx has
     lower-cased), and it fetches the tenant token synchronously anyway: the synchronous call
     runs in a worker thread instead, and the body is read directly.
@@ -50,4 +53,8 @@ async def fetch_identity(settings: Settings) -> FeishuIdentity:
         open_id = body["bot"]["open_id"]
     except (TypeError, ValueError, KeyError) as exc:
         raise BotConfigError(f"Feishu bot info failed: {response.raw.content[:200]!r}") from exc
-    return FeishuIdentity(open_id=str(open_id), app_id=settings.feishu_app_id or "")
+    return FeishuIdentity(
+        open_id=str(open_id),
+        app_id=settings.feishu_app_id or "",
+        tenant_key=settings.feishu_tenant_key or "",
+    )
