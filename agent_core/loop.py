@@ -491,17 +491,26 @@ class Runtime:
         batch, journaled = await self._store.journal(run.request.session_id, run.request.turn_id)
         if batch is None:
             return None
-        plan = plan_resume(batch, journaled, self._toolset)
+        # A call that waits for approval never ran: the worker died before the turn suspended.
+        gated = {
+            c.id
+            for c in batch.tool_calls
+            if c.id not in journaled and needs_approval(c, self._toolset)
+        }
+        plan = plan_resume(batch, journaled, self._toolset, waiting=gated)
         run.diag.note("resume", f"{len(journaled)} kept, {plan.in_doubt} in doubt")
         calls = tuple(FunctionCallPart(call=c) for c in batch.tool_calls)
         await self._observe(run, RunEvent(source=EventSource.MODEL, parts=calls))
         for result in plan.answered.values():
-            await self._observe(
-                run,
-                RunEvent(source=EventSource.TOOL, parts=(FunctionResponsePart(response=result),)),
-            )
-        rerun = await self._run_batch(run, batch, plan.rerun) if plan.rerun else []
+            await self._observe(run, _response(result))
+        rerun = await self._run_batch(run, batch, plan.rerun, skip=gated) if plan.rerun else []
         by_id = {**plan.answered, **{r.call_id: r for r in rerun}}
+        if gated:
+            cut = await self._park(run, gated)
+            if not isinstance(cut, Stopped | Steered):
+                return await self._suspend(run, batch, gated)
+            answered = await self._answer_waiting(run, batch, list(by_id.values()), gated, cut)
+            by_id |= {r.call_id: r for r in answered}
         results = [by_id[c.id] for c in batch.tool_calls]
         await self._store.append_closed(
             run.request.session_id, run.request.turn_id, [batch, *results], run.request.fence

@@ -14,7 +14,7 @@ This module decides; the run loop executes the plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from agent_core.messages import AssistantMessage, ToolCall, ToolMessage, ToolStatus
@@ -44,14 +44,23 @@ class ResumePlan:
 
 
 def plan_resume(
-    batch: AssistantMessage, journaled: Mapping[str, ToolMessage], toolset: Toolset
+    batch: AssistantMessage,
+    journaled: Mapping[str, ToolMessage],
+    toolset: Toolset,
+    waiting: Set[str] = frozenset(),
 ) -> ResumePlan:
-    """Decide, call by call, how the interrupted `batch` is closed."""
+    """Decide, call by call, how the interrupted `batch` is closed.
+
+    Calls in `waiting` (they wait for a person's approval, so they never ran) are left out of
+    the plan: the loop suspends them again.
+    """
     answered: dict[str, ToolMessage] = {}
     rerun: list[ToolCall] = []
     for call in batch.tool_calls:
         if call.id in journaled:
             answered[call.id] = journaled[call.id]
+            continue
+        if call.id in waiting:
             continue
         tool = toolset.get(call.name)
         if tool is not None and tool.interruptibility is Interruptibility.MUST_COMPLETE:

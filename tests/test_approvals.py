@@ -27,6 +27,7 @@ from agent_core.store import HistoryStore
 from bot.events import Platform, session_id_for
 from bot.scheduler import open_scheduler
 from bot.settings import Settings
+from tests.deployment import slack_session
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.inprocess_bot import Bot, open_bot
@@ -42,7 +43,8 @@ def session_of(thread: str) -> str:
     return session_id_for(Platform.SLACK, sg.SLACK_TEAM_ID, sg.SLACK_CHANNEL_ID, thread)
 
 
-def mcp_settings(base: Settings, journal: Path, risk: str, **extra: Any) -> Settings:
+def mcp_servers(journal: Path, risk: str) -> str:
+    """`CHATOPS_MCP_SERVERS` for the test MCP server over stdio, offering `restart_pod`."""
     server = {
         "name": "k8s",
         "transport": "stdio",
@@ -52,8 +54,12 @@ def mcp_settings(base: Settings, journal: Path, risk: str, **extra: Any) -> Sett
         "risk": risk,
         "tools": ["restart_pod"],
     }
+    return json.dumps([server])
+
+
+def mcp_settings(base: Settings, journal: Path, risk: str, **extra: Any) -> Settings:
     fields = {
-        "CHATOPS_MCP_SERVERS": json.dumps([server]),
+        "CHATOPS_MCP_SERVERS": mcp_servers(journal, risk),
         "CHATOPS_RESPONDERS": f"{RESPONDER},{sg.SLACK_USER_ID}",
         **extra,
     }
@@ -337,3 +343,59 @@ async def test_h3_expiry_answers_approval_expired(
     assert results[-1]["content"].startswith("approval expired")
     assert "Nobody approved." in card_text(final_card(slack_api, thread))
     await history_is_closed(redis_client, thread)
+
+
+@pytest.mark.slow
+async def test_h3_a_worker_killed_before_the_turn_suspended_asks_again_after_takeover(
+    deployment, fake_llm, slack_api, slow_service, journal
+) -> None:
+    """A worker dies mid-batch, before its turn suspended: the new holder asks again.
+
+    Its read was still running and the restart not yet asked for. Nothing runs unapproved, and
+    the approved call runs once.
+    """
+    deployment.env |= {
+        "CHATOPS_MCP_SERVERS": mcp_servers(journal, "side_effect"),
+        "CHATOPS_RESPONDERS": RESPONDER,
+    }
+    fake_llm.script(
+        fp.ToolCallsReply(
+            [
+                fp.ToolCall("http_get", {"url": slow_service.url("/ok")}),
+                fp.ToolCall(RESTART, {"pod": "checkout-7f9"}),
+            ]
+        ),
+        fp.TextReply("Restarted after approval."),
+    )
+    await deployment.start(workers=1, first_worker_env={"CHATOPS_FAILPOINTS": "mid_tool"})
+    thread = sg.slack_ts()
+    await deployment.slack(sg.slack_app_mention(ts=thread))
+    assert await asyncio.to_thread(deployment.workers[0].proc.wait, 20) == -9
+    await deployment.add_worker()
+
+    settled = await deployment.next_settle()
+    assert settled.reason == "awaiting", settled
+    assert restarts(journal) == 0
+    (posted,) = cards_in(slack_api, thread)
+    await slack_api.wait_for_calls(1, "chat.update")
+    shown = [c for c in updates_of(slack_api, posted.response["ts"]) if approval_buttons(c)]
+    while not shown:  # the card shows the request once the taken-over turn suspends
+        await asyncio.sleep(0.05)
+        shown = [c for c in updates_of(slack_api, posted.response["ts"]) if approval_buttons(c)]
+    button = approval_buttons(shown[-1])["approve"]
+    await deployment.slack_press(
+        sg.slack_block_actions(
+            action_id="approve",
+            value=button["value"],
+            message_ts=posted.response["ts"],
+            thread_ts=thread,
+            user=RESPONDER,
+            button_text="Approve",
+        )
+    )
+    settled = await deployment.next_settle()
+    assert settled.reason == "completed", settled
+    await deployment.released(slack_session(thread))
+    assert restarts(journal) == 1
+    assert [r.status for r in fake_llm.requests] == [200, 200]
+    assert "Restarted after approval." in card_text(final_card(slack_api, thread))
