@@ -1,4 +1,4 @@
-"""Control commands: the few whole-message phrases that brake an analysis or restart it.
+"""Control commands: the whole-message phrases that brake or restart an analysis, or the bot.
 
 Contract: `parse_control(text)` returns a `ControlCommand` only when the *whole* message, once
 normalized, is made of known control phrases and politeness fillers ("please", "now", "请",
@@ -11,6 +11,10 @@ Why a phrase table and not a classifier: a command routed to the control plane c
 back, so it must never misfire on a colleague's sentence; the card's Stop button is always there
 as the unambiguous brake, and a small table is something users can learn
 (`docs/control-commands.md` lists it, and a test keeps that page and this table in step).
+
+Kill switch commands (`killswitch on|off|status`, `开启急停`, ...) follow the same rules, but
+never mix with another command, and act only when the bot is @mentioned (`bot.steer_policy`):
+they concern every analysis of the deployment, not the thread's.
 
 Normalization: NFKC (full-width letters and punctuation become ASCII), casefold, emoji shortcodes
 (`:octagonal_sign:`) dropped, every character that is not a letter or a digit turned into a space,
@@ -29,6 +33,7 @@ from types import MappingProxyType
 from typing import Final
 
 __all__ = [
+    "KILL_SWITCH_INTENTS",
     "MAX_COMMAND_CHARS",
     "PHRASES",
     "ControlCommand",
@@ -39,7 +44,7 @@ __all__ = [
 
 
 class ControlIntent(StrEnum):
-    """What a control command asks of the session's analysis."""
+    """What a control command asks of the session's analysis, or of the whole bot."""
 
     STOP = "stop"
     """End the live turn now and tombstone the queued ones ("stop", "cancel", "停止", "取消")."""
@@ -47,6 +52,12 @@ class ControlIntent(StrEnum):
     """The same brake as `STOP`; only the acknowledgement differs: it offers "resume"."""
     RESUME = "resume"
     """Continue a stopped or paused analysis: starts a new turn when nothing is running."""
+    KILL_SWITCH_ON = "killswitch_on"
+    """An admin turns the kill switch on: every live analysis stops, none starts."""
+    KILL_SWITCH_OFF = "killswitch_off"
+    """An admin turns the kill switch off: queued analyses run again."""
+    KILL_SWITCH_STATUS = "killswitch_status"
+    """An admin asks whether the kill switch is on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +73,10 @@ class ControlCommand:
 _STOP: Final = ControlIntent.STOP
 _PAUSE: Final = ControlIntent.PAUSE
 _RESUME: Final = ControlIntent.RESUME
+KILL_SWITCH_INTENTS: Final = frozenset(
+    {ControlIntent.KILL_SWITCH_ON, ControlIntent.KILL_SWITCH_OFF, ControlIntent.KILL_SWITCH_STATUS}
+)
+"""The admin commands: they act on the whole deployment, so `bot.steer_policy` asks for more."""
 
 PHRASES: Final[Mapping[str, ControlIntent | None]] = MappingProxyType(
     {
@@ -79,6 +94,17 @@ PHRASES: Final[Mapping[str, ControlIntent | None]] = MappingProxyType(
         **dict.fromkeys(["别查了", "别再查了", "不要查了", "不要再查了", "不用查了"], _STOP),
         **dict.fromkeys(["暂停", "停一下"], _PAUSE),
         **dict.fromkeys(["继续", "接着跑", "继续跑"], _RESUME),
+        # The kill switch, by its name only: "stop everything" and "全部停止" stay this thread's
+        # stop. "熔断" is not here: in an incident channel it names a service's circuit breaker.
+        # "急停" (emergency stop, a machine's kill switch) always comes with on, off or status.
+        **dict.fromkeys(["killswitch on", "kill switch on"], ControlIntent.KILL_SWITCH_ON),
+        **dict.fromkeys(["killswitch off", "kill switch off"], ControlIntent.KILL_SWITCH_OFF),
+        **dict.fromkeys(
+            ["killswitch status", "kill switch status"], ControlIntent.KILL_SWITCH_STATUS
+        ),
+        **dict.fromkeys(["开启急停", "打开急停", "全局急停"], ControlIntent.KILL_SWITCH_ON),
+        **dict.fromkeys(["关闭急停", "解除急停"], ControlIntent.KILL_SWITCH_OFF),
+        "急停状态": ControlIntent.KILL_SWITCH_STATUS,
         # Fillers: politeness, urgency and the bot's own work as the object. They never make a
         # command on their own. Words that could name a system ("task", "job", "run", "任务")
         # are not fillers, so "stop the job" stays content.
@@ -159,6 +185,8 @@ def _segment(units: tuple[str, ...]) -> tuple[tuple[str, ...], ...] | None:
 
 def _combine(intents: set[ControlIntent]) -> ControlIntent | None:
     """One intent from a message's phrases; `None` when there is none or they contradict."""
+    if intents & KILL_SWITCH_INTENTS:  # one admin command, alone: never "stop, killswitch on"
+        return next(iter(intents)) if len(intents) == 1 else None
     if _RESUME in intents:
         return _RESUME if intents == {_RESUME} else None
     if _STOP in intents:

@@ -35,6 +35,7 @@ from bot.errors import (
     RequestRejected,
 )
 from bot.events import ChatEvent
+from bot.killswitch import KillSwitch, KillSwitchDesk, SwitchAnswer
 from bot.metrics import IngressMetrics
 from bot.queue import Queue, Route
 from bot.routing import route_event
@@ -70,11 +71,23 @@ class Ingress:
     feishu: FeishuVerifier | None = None
     clock: Callable[[], float] = time.time
     desk: ApprovalDesk = field(init=False)
+    switch_desk: KillSwitchDesk = field(init=False)
 
     def __post_init__(self) -> None:
         self.desk = ApprovalDesk(
             self.redis, self.queue.keys, self.settings.responder_ids, clock=self.clock
         )
+        self.switch_desk = KillSwitchDesk(
+            KillSwitch(self.redis, self.queue.keys), self.settings.admin_ids
+        )
+
+    async def forget_event(self, event: ChatEvent) -> None:
+        """Drop an event's dedupe markers (best effort), so the platform's retry carries it out."""
+        try:
+            async with asyncio.timeout(_REDIS_CALL_S):
+                await self.queue.forget(event)
+        except (QueueUnavailable, TimeoutError) as exc:
+            log.warning("event %s not forgotten, its retry is dropped: %s", event.event_id, exc)
 
     async def forget_nonce(self, nonce: str) -> None:
         """Drop a recorded nonce (best effort: Redis just failed us once already)."""
@@ -126,21 +139,32 @@ async def _accept(ingress: Ingress, event: ChatEvent, budget: float = ACK_BUDGET
     """Decide and enqueue within `budget` seconds; 503 when Redis cannot take the event.
 
     An accepted Approve or Deny press is decided by the desk at once; its answer is the body's
-    `message` (a Feishu card callback shows it as a toast).
+    `message` (a Feishu card callback shows it as a toast). So is an admin's kill switch command
+    (`bot.killswitch`); when it could not be carried out, the event is forgotten, so the
+    platform's retry is not taken for a duplicate.
     """
     press: Press | None = None
+    switched: SwitchAnswer | None = None
+    outcome = ""
     try:
         async with asyncio.timeout(max(budget, 0.0)):
             outcome = await route_event(ingress.queue, event)
             if outcome == Route.APPROVE.value:
                 press = await ingress.desk.press(event)
+            elif outcome == Route.KILL_SWITCH.value:
+                switched = await ingress.switch_desk.command(event)
     except (TimeoutError, QueueUnavailable, StoreError) as exc:
         ingress.metrics.unavailable.inc()
         log.warning("event %s not accepted: %s", event.event_id, exc)
+        if outcome == Route.KILL_SWITCH.value:
+            await ingress.forget_event(event)
         return _unavailable()
     ingress.metrics.event(event.platform.value, outcome)
     if press is not None:
         return JSONResponse({"ok": True, "approval": press.outcome.value, "message": press.message})
+    if switched is not None:
+        said = {"killswitch": switched.outcome.value, "message": switched.message}
+        return JSONResponse({"ok": True, **said})
     return _ok()
 
 

@@ -6,22 +6,38 @@ the running tools are interrupted, nothing new starts, and each card ends "Stopp
 switch". While it is on, workers read no new turn and take none over; jobs stay queued, nothing
 accepted is lost, and they run once it is turned off. A turn a worker had already taken when the
 switch went on stops before it calls the model.
+
+Operators pull it with `chatops killswitch`, or in chat: an admin (`CHATOPS_ADMINS`) @mentions
+the bot with `killswitch on|off|status` (`bot.control_commands`), and the ingress hands the
+command to `KillSwitchDesk` right after routing it. A person who is not an admin changes
+nothing; the refusal is logged. The ingress posts nothing to the platform (it acks within 3 s),
+so what people see in the thread is the stopped cards; the desk's answer is the body of the
+webhook's response, which the platforms do not show.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from agent_core.interrupts import ControlPlane
 from agent_core.store import map_redis_errors
+from bot.control_commands import KILL_SWITCH_INTENTS, ControlIntent, parse_control
+from bot.events import ChatEvent
 from bot.keys import BotKeys
+from bot.steer_policy import Action, Role, may
 
-__all__ = ["KillSwitch", "SwitchState"]
+__all__ = ["KillSwitch", "KillSwitchDesk", "SwitchAnswer", "SwitchOutcome", "SwitchState"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +101,77 @@ class KillSwitch:
             if value is not None:  # token|worker|turn
                 live.append((session, value.decode().split("|", 2)[2]))
         return live
+
+
+class SwitchOutcome(StrEnum):
+    """What became of a kill switch command from chat."""
+
+    ON = "on"
+    """The switch is on now (it was turned on, or on again)."""
+    OFF = "off"
+    """The switch is off now."""
+    STATUS = "status"
+    """The state was read; nothing changed."""
+    REFUSED = "refused"
+    """Not an admin, or not a kill switch command: nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchAnswer:
+    """What the desk did with a command, and what to tell the person."""
+
+    outcome: SwitchOutcome
+    message: str
+
+
+class KillSwitchDesk:
+    """Carries out the kill switch commands admins send in chat."""
+
+    def __init__(self, switch: KillSwitch, admins: Iterable[str]) -> None:
+        self._switch = switch
+        self._admins = frozenset(admins)
+
+    async def command(self, event: ChatEvent) -> SwitchAnswer:
+        """Carry out the command `event` holds, if its author is an admin.
+
+        Raises:
+            StoreError: Redis failed; the command may be half done (carrying it out again is
+                harmless: each command sets the switch to a state).
+        """
+        command = parse_control(event.text)
+        if command is None or command.intent not in KILL_SWITCH_INTENTS:
+            return SwitchAnswer(SwitchOutcome.REFUSED, "That is not a kill switch command.")
+        roles = frozenset({Role.ADMIN}) if event.author in self._admins else frozenset()
+        if not may(Action.KILL_SWITCH, roles):
+            log.warning(
+                "kill switch %s by %s refused: not in CHATOPS_ADMINS",
+                command.intent.value,
+                event.author,
+            )
+            return SwitchAnswer(
+                SwitchOutcome.REFUSED, "Only an admin (CHATOPS_ADMINS) may use the kill switch."
+            )
+        answer = await self._carry_out(command.intent, event.author_name or event.author)
+        log.warning("kill switch command by %s: %s", event.author, answer.message)
+        return answer
+
+    async def _carry_out(self, intent: ControlIntent, by: str) -> SwitchAnswer:
+        if intent is ControlIntent.KILL_SWITCH_ON:
+            stopped = await self._switch.engage(by)
+            return SwitchAnswer(
+                SwitchOutcome.ON,
+                f"Kill switch on: stopped {len(stopped)} live analyses; none starts until it is "
+                "off.",
+            )
+        if intent is ControlIntent.KILL_SWITCH_OFF:
+            if await self._switch.release():
+                return SwitchAnswer(SwitchOutcome.OFF, "Kill switch off: queued analyses run now.")
+            return SwitchAnswer(SwitchOutcome.OFF, "Kill switch was already off.")
+        return SwitchAnswer(SwitchOutcome.STATUS, _describe(await self._switch.state()))
+
+
+def _describe(state: SwitchState) -> str:
+    if not state.on:
+        return "Kill switch off."
+    since = datetime.fromtimestamp(state.since, UTC).isoformat(timespec="seconds")
+    return f"Kill switch on since {since} by {state.by}."

@@ -18,6 +18,9 @@ Routes:
 - `queue`: the message waits in the session's inbox for the next turn (it never cuts one).
 - `approve`: the press is kept in the session's approval presses (the desk, `bot.approval_desk`,
   decides it right after).
+- `killswitch`: nothing is written but the dedupe markers; the ingress then carries the admin
+  command out (`bot.killswitch`), and forgets the markers (`Queue.forget`) if it could not, so
+  the platform's retry carries it out instead.
 
 Payloads are JSON validated by pydantic models, never pickle.
 """
@@ -122,7 +125,7 @@ elseif route == 'queue' or route == 'approve' then
   local key = p .. (route == 'queue' and '@INBOX@' or '@APPROVALS@')
   redis.call('RPUSH', key, ARGV[4])
   redis.call('EXPIRE', key, keep)
-else
+elseif route ~= 'killswitch' then
   return redis.error_reply('unknown route ' .. route)
 end
 redis.call('SET', KEYS[1], '1', 'EX', @DEDUPE_TTL@)
@@ -169,6 +172,7 @@ class Route(StrEnum):
     STOP = "stop"
     QUEUE = "queue"
     APPROVE = "approve"
+    KILL_SWITCH = "killswitch"
 
 
 class TurnJob(BaseModel):
@@ -232,6 +236,25 @@ class Queue:
         except RedisError as exc:
             raise QueueUnavailable(f"cannot create consumer group: {exc}") from exc
 
+    async def forget(self, event: ChatEvent) -> None:
+        """Drop the dedupe markers of an event whose write had no effect, so a retry counts.
+
+        Raises:
+            QueueUnavailable: Redis did not answer.
+        """
+        try:
+            await self._redis.delete(*self._markers(event))
+        except RedisError as exc:
+            raise QueueUnavailable(f"cannot forget the event: {exc}") from exc
+
+    def _markers(self, event: ChatEvent) -> tuple[str, str]:
+        """The event's dedupe markers: its delivery, and its message (or the delivery again)."""
+        k = self._keys
+        delivery = k.seen_event(event.platform, event.event_id)
+        if not event.message_id:
+            return delivery, delivery
+        return delivery, k.seen_message(event.platform, event.channel, event.message_id)
+
     async def submit(
         self, event: ChatEvent, routes: StateRoutes, *, stop_turn: str = ""
     ) -> Submitted:
@@ -244,14 +267,8 @@ class Queue:
             stop_turn: For a stop button, the turn it names (tombstoned even if not open).
         """
         k, session = self._keys, event.session_id
-        message_key = (
-            k.seen_message(event.platform, event.channel, event.message_id)
-            if event.message_id
-            else k.seen_event(event.platform, event.event_id)
-        )
         keys = [
-            k.seen_event(event.platform, event.event_id),
-            message_key,
+            *self._markers(event),
             k.turns_stream,
             k.session.history(session),
         ]

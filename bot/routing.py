@@ -28,6 +28,7 @@ _ROUTES = {
     Decision.STOP: Route.STOP,
     Decision.QUEUE: Route.QUEUE,
     Decision.APPROVE: Route.APPROVE,
+    Decision.KILL_SWITCH: Route.KILL_SWITCH,
 }
 # The states a session can be in, in the order the submit script indexes them.
 _STATES = (

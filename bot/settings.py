@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     """Comma-separated platform user ids (Slack `U…`, Feishu `ou_…`) of the responder groups:
     the people who may approve a call that changes something. Empty: nobody can approve, so
     every such call is denied or expires (approvals fail closed)."""
+    admins: str = Field(default="", validation_alias="CHATOPS_ADMINS")
+    """Comma-separated platform user ids of the admins: the people who may pull the kill switch
+    in chat (`@chatops killswitch on|off|status`). Empty: nobody can (it fails closed); the
+    `chatops killswitch` command works regardless."""
     approval_timeout_s: float = Field(
         default=900.0, gt=0, validation_alias="CHATOPS_APPROVAL_TIMEOUT_S"
     )
@@ -99,6 +103,11 @@ class Settings(BaseSettings):
     def responder_ids(self) -> frozenset[str]:
         """`CHATOPS_RESPONDERS` as a set of user ids."""
         return frozenset(part.strip() for part in self.responders.split(",") if part.strip())
+
+    @property
+    def admin_ids(self) -> frozenset[str]:
+        """`CHATOPS_ADMINS` as a set of user ids."""
+        return frozenset(part.strip() for part in self.admins.split(",") if part.strip())
 
     @field_validator("console_token", mode="before")
     @classmethod

@@ -14,6 +14,8 @@ product, so an enum member added without a row fails. The principles the rows en
 - A stop is never dropped: it is recorded in any state (a tombstone also covers a request sent
   before the stop that reaches the bot after it, DESIGN.md §3 invariant 4).
 - An edit reads like a new reply but never starts a turn; a deletion does nothing.
+- A person's @mention whose whole text is a kill switch command goes to the kill switch, in any
+  thread and state: it is never a steer or a start, and only an admin may pull it.
 
 Who may do what is a second table, `AUTHORITY` (action → roles), checked by `authorize` at
 ingress and by `may` again in the worker. `docs/control-commands.md` tells users both.
@@ -28,7 +30,12 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final, NamedTuple, TypeVar
 
-from bot.control_commands import ControlCommand, ControlIntent, parse_control
+from bot.control_commands import (
+    KILL_SWITCH_INTENTS,
+    ControlCommand,
+    ControlIntent,
+    parse_control,
+)
 from bot.events import AuthorKind, ChatEvent, EventKind
 
 __all__ = [
@@ -91,6 +98,10 @@ class Marker(StrEnum):
     """A resume or continue command."""
     APPROVAL = "approval"
     """An approve or deny button on a card. Never produced by text."""
+    KILL_SWITCH = "kill_switch"
+    """The bot is @mentioned and the text is a kill switch command (`killswitch on|off|status`).
+    Without the mention such a text is plain (`NONE`): the switch concerns every analysis, so
+    it needs the explicit marker."""
 
 
 class Decision(StrEnum):
@@ -110,6 +121,9 @@ class Decision(StrEnum):
     QUEUE = "queue"
     """Keep the event as input for the session's next turn, which starts after the live or
     queued one ends; never cuts a turn."""
+    KILL_SWITCH = "kill_switch"
+    """Hand the command to the kill switch (`bot.killswitch`, which checks the person is an
+    admin); nothing is written to the session, and the model never sees it."""
 
 
 class PolicyKey(NamedTuple):
@@ -136,11 +150,17 @@ system              *             *           *               *                 
 human               action        *           *               stop                      stop
 human               action        *           *               approval                  approve
 human               action        *           *               none|mention|resume       ignore
+human               action        *           *               kill_switch               ignore
 other_bot|subagent  action        *           *               *                         ignore
 scheduler           action        *           *               *                         ignore
 # A person's stop is never dropped: with nothing running it still tombstones a request sent
 # before it that reaches the bot later (DESIGN.md §3 invariant 4).
 human               message|edit  *           *               stop                      stop
+# The kill switch is an admin's command to the whole bot, never a session's input: it goes to
+# the switch (which checks the person is an admin) whatever the thread and state. An edit never
+# pulls it: one command is one message, and an edit can arrive long after.
+human               message       *           *               kill_switch               kill_switch
+human               edit          *           *               kill_switch               ignore
 # A person's reply (or edit) steers a turn that is live, or queued (it joins the turn when it
 # starts); resume is moot then.
 human               message|edit  bot_thread  queued|running  none|mention              steer
@@ -158,14 +178,19 @@ human               edit          no_session  queued|running  none|mention|resum
 # session, so two bots cannot ping-pong in a thread.
 other_bot           message       no_session  *               mention                   start
 other_bot           message       no_session  *               none|stop|resume          ignore
+other_bot           message       no_session  *               kill_switch               ignore
 other_bot           message|edit  bot_thread  *               *                         ignore
 other_bot           edit          no_session  *               *                         ignore
 # Sub-agent reports and scheduled jobs speak to the session by construction (their text is
 # never a command): they wake an idle session, and wait for a live or queued turn, never cut it.
 subagent|scheduler  message       bot_thread  idle            none|mention|stop|resume  start
+subagent|scheduler  message       bot_thread  idle            kill_switch               start
 subagent|scheduler  message       bot_thread  queued|running  none|mention|stop|resume  queue
+subagent|scheduler  message       bot_thread  queued|running  kill_switch               queue
 scheduler           message       no_session  *               none|mention|stop|resume  start
+scheduler           message       no_session  *               kill_switch               start
 subagent            message       no_session  *               none|mention|stop|resume  ignore
+subagent            message       no_session  *               kill_switch               ignore
 subagent|scheduler  edit          *           *               *                         ignore
 """
 """The policy as written: author, event, relation, state, marker, decision. `*` is every member,
@@ -293,6 +318,8 @@ def _command_of(event: ChatEvent) -> ControlCommand | None:
 def _marker(event: ChatEvent, command: ControlCommand | None) -> Marker:
     if event.kind is EventKind.ACTION:
         return _ACTION_MARKERS.get(event.action, Marker.NONE)
+    if command is not None and command.intent in KILL_SWITCH_INTENTS:
+        return Marker.KILL_SWITCH if event.mentioned else Marker.NONE
     if command is not None:
         return Marker.RESUME if command.intent is ControlIntent.RESUME else Marker.STOP
     return Marker.MENTION if event.mentioned and event.kind is not EventKind.DELETE else Marker.NONE
@@ -329,6 +356,8 @@ class Role(StrEnum):
     """Anyone who can post in the session's channel."""
     RESPONDER = "responder"
     """A member of a responder group configured by the operator (on-call, SRE)."""
+    ADMIN = "admin"
+    """A person the operator configured as an admin of the whole bot (`CHATOPS_ADMINS`)."""
 
 
 class Action(StrEnum):
@@ -342,6 +371,8 @@ class Action(StrEnum):
     """Approve or deny a tool call that needs approval."""
     APPROVE_DESTRUCTIVE = "approve_destructive"
     """Approve or deny a tool call marked destructive (two-person rule)."""
+    KILL_SWITCH = "kill_switch"
+    """Turn the kill switch on or off, or ask its state: it acts on every session."""
 
 
 _EVERYONE: Final = frozenset(Role)
@@ -353,6 +384,9 @@ AUTHORITY: Final[Mapping[Action, frozenset[Role]]] = MappingProxyType(
         # Approvals fail closed: with no responder groups configured, nobody can approve.
         Action.APPROVE: frozenset({Role.RESPONDER}),
         Action.APPROVE_DESTRUCTIVE: frozenset({Role.RESPONDER}),
+        # The kill switch stops every team's analyses: it fails closed like approvals, and no
+        # other role implies it.
+        Action.KILL_SWITCH: frozenset({Role.ADMIN}),
     }
 )
 """The default authority table: which roles may take each action."""
@@ -361,7 +395,12 @@ TWO_PERSON: Final[frozenset[Action]] = frozenset({Action.APPROVE_DESTRUCTIVE})
 """Actions the person who asked for them may not approve themselves (RELIABILITY.md A5)."""
 
 _NEEDS: Final[Mapping[Decision, Action]] = MappingProxyType(
-    {Decision.STOP: Action.STOP, Decision.STEER: Action.STEER, Decision.APPROVE: Action.APPROVE}
+    {
+        Decision.STOP: Action.STOP,
+        Decision.STEER: Action.STEER,
+        Decision.APPROVE: Action.APPROVE,
+        Decision.KILL_SWITCH: Action.KILL_SWITCH,
+    }
 )
 
 

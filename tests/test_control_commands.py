@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.control_commands import (
+    KILL_SWITCH_INTENTS,
     MAX_COMMAND_CHARS,
     PHRASES,
     ControlCommand,
@@ -30,6 +31,7 @@ from bot.control_commands import (
 DOC = Path(__file__).parents[1] / "docs" / "control-commands.md"
 STOP, PAUSE, RESUME = ControlIntent.STOP, ControlIntent.PAUSE, ControlIntent.RESUME
 COMMANDS = sorted(phrase for phrase, intent in PHRASES.items() if intent is not None)
+SWITCH = sorted(phrase for phrase, intent in PHRASES.items() if intent in KILL_SWITCH_INTENTS)
 FILLERS = sorted(phrase for phrase, intent in PHRASES.items() if intent is None)
 
 
@@ -51,6 +53,15 @@ def ticked(cell: str) -> list[str]:
 def test_documented_commands_parse_as_documented(phrase: str, intent: str) -> None:
     command = parse_control(phrase)
     assert command is not None and command.intent == ControlIntent(intent)
+
+
+@pytest.mark.parametrize(
+    ("phrase", "state"),
+    [(phrase, cells[1]) for cells in doc_table("admin") for phrase in ticked(cells[0])],
+)
+def test_documented_kill_switch_commands_parse_as_documented(phrase: str, state: str) -> None:
+    command = parse_control(phrase)
+    assert command is not None and command.intent == ControlIntent(f"killswitch_{state}")
 
 
 @pytest.mark.parametrize(
@@ -103,6 +114,71 @@ def test_the_briefs_commands(text: str, intent: ControlIntent) -> None:
 )
 def test_the_briefs_conversation(text: str) -> None:
     assert parse_control(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "intent"),
+    [
+        ("killswitch on", ControlIntent.KILL_SWITCH_ON),
+        (" Killswitch ON! ", ControlIntent.KILL_SWITCH_ON),  # how "@chatops Killswitch ON!" arrives
+        ("please killswitch on now", ControlIntent.KILL_SWITCH_ON),
+        ("ＫＩＬＬＳＷＩＴＣＨ ＯＦＦ", ControlIntent.KILL_SWITCH_OFF),
+        ("kill-switch off", ControlIntent.KILL_SWITCH_OFF),
+        ("killswitch status?", ControlIntent.KILL_SWITCH_STATUS),
+        ("请开启急停", ControlIntent.KILL_SWITCH_ON),
+        ("马上关闭急停！", ControlIntent.KILL_SWITCH_OFF),
+        ("急停状态", ControlIntent.KILL_SWITCH_STATUS),
+    ],
+)
+def test_kill_switch_commands(text: str, intent: ControlIntent) -> None:
+    assert parse_control(text) == ControlCommand(intent=intent, text=normalize(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "is the killswitch on?",
+        "is the kill switch on",
+        "killswitch",
+        "kill switch",
+        "on",
+        "status",
+        "turn the killswitch on for payments",
+        "killswitch on the payments service",
+        "the killswitch is off",
+        "who turned the killswitch on",
+        "don't killswitch on",
+        "killswitch on and stop",
+        "<@U0ALICE> killswitch on",
+        "急停",
+        "熔断",
+        "触发熔断",
+        "不要开启急停",
+        "开启急停了吗",
+        "急停状态怎么样",
+    ],
+)
+def test_kill_switch_near_misses_are_conversation(text: str) -> None:
+    assert parse_control(text) is None
+
+
+def test_stop_everything_stays_this_threads_stop() -> None:
+    for text in ["stop everything", "全部停止", "所有都停止", "stop all"]:
+        command = parse_control(text)
+        assert command is not None and command.intent is STOP, text
+
+
+@settings(max_examples=300)
+@given(switch=st.sampled_from(SWITCH), other=st.sampled_from(COMMANDS), swap=st.booleans())
+def test_a_kill_switch_command_never_mixes_with_another(
+    switch: str, other: str, swap: bool
+) -> None:
+    text = f"{other}, {switch}" if swap else f"{switch}, {other}"
+    command = parse_control(text)
+    if PHRASES[other] is PHRASES[switch]:  # the same command twice is still that command
+        assert command is not None and command.intent is PHRASES[switch]
+    else:
+        assert command is None, text
 
 
 def test_pause_and_stop_together_stop() -> None:

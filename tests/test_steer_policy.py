@@ -99,8 +99,8 @@ def test_every_row_says_why() -> None:
 # -- the rules, over every cell -----------------------------------------------------
 
 
-def test_only_a_person_steers_stops_or_approves() -> None:
-    acting = {D.STEER, D.STOP, D.APPROVE}
+def test_only_a_person_steers_stops_approves_or_pulls_the_kill_switch() -> None:
+    acting = {D.STEER, D.STOP, D.APPROVE, D.KILL_SWITCH}
     assert [k for k in PRODUCT if k.author in MACHINES and POLICY[k] in acting] == []
 
 
@@ -112,16 +112,33 @@ def test_a_deletion_never_acts() -> None:
     assert {POLICY[k] for k in cells(event=K.DELETE)} == {D.IGNORE}
 
 
-def test_an_edit_is_a_message_that_never_starts() -> None:
+def test_an_edit_is_a_message_that_never_starts_or_pulls_the_kill_switch() -> None:
     for key in cells(event=K.EDIT):
         as_message = POLICY[key._replace(event=K.MESSAGE)]
-        expected = D.IGNORE if as_message is D.START or key.author is not A.HUMAN else as_message
+        never = {D.START, D.KILL_SWITCH}
+        expected = D.IGNORE if as_message in never or key.author is not A.HUMAN else as_message
         assert POLICY[key] is expected, key
 
 
 def test_approvals_come_only_from_a_persons_button() -> None:
     approving = {k for k in PRODUCT if POLICY[k] is D.APPROVE}
     assert approving == set(cells(author=A.HUMAN, event=K.ACTION, marker=M.APPROVAL))
+
+
+def test_the_kill_switch_is_only_a_persons_mentioned_message() -> None:
+    pulling = {k for k in PRODUCT if POLICY[k] is D.KILL_SWITCH}
+    assert pulling == set(cells(author=A.HUMAN, event=K.MESSAGE, marker=M.KILL_SWITCH))
+
+
+def test_a_kill_switch_command_never_steers_stops_or_approves() -> None:
+    # A machine's text that parses as one is content (it may start or queue, as any report);
+    # a person's goes to the switch or nowhere: never a steer, a start or a session's stop.
+    decisions = {POLICY[k] for k in cells(marker=M.KILL_SWITCH)}
+    assert decisions.isdisjoint({D.STEER, D.STOP, D.APPROVE})
+    assert {POLICY[k] for k in cells(author=A.HUMAN, marker=M.KILL_SWITCH)} == {
+        D.KILL_SWITCH,
+        D.IGNORE,
+    }
 
 
 def test_a_persons_stop_stops_in_every_thread_and_state() -> None:  # DESIGN.md §3 inv. 3, 4
@@ -147,19 +164,20 @@ def test_another_bot_only_opens_an_analysis_with_a_mention() -> None:
 # -- a person's messages, literally -------------------------------------------------------
 
 _ = D.IGNORE
-HUMAN_MESSAGE = {  # (relation, state): decision by marker NONE, MENTION, STOP, RESUME, APPROVAL
-    (T.NO_SESSION, S.IDLE): (_, D.START, D.STOP, _, _),
-    (T.NO_SESSION, S.QUEUED): (_, D.START, D.STOP, _, _),  # cannot happen: covered for totality
-    (T.NO_SESSION, S.RUNNING): (_, D.START, D.STOP, _, _),  # cannot happen: covered for totality
-    (T.BOT_THREAD, S.IDLE): (_, D.START, D.STOP, D.START, _),
-    (T.BOT_THREAD, S.QUEUED): (D.STEER, D.STEER, D.STOP, _, _),
-    (T.BOT_THREAD, S.RUNNING): (D.STEER, D.STEER, D.STOP, _, _),
+KS = D.KILL_SWITCH
+HUMAN_MESSAGE = {  # (relation, state): by marker NONE, MENTION, STOP, RESUME, APPROVAL, KILL_SWITCH
+    (T.NO_SESSION, S.IDLE): (_, D.START, D.STOP, _, _, KS),
+    (T.NO_SESSION, S.QUEUED): (_, D.START, D.STOP, _, _, KS),  # cannot happen: for totality
+    (T.NO_SESSION, S.RUNNING): (_, D.START, D.STOP, _, _, KS),  # cannot happen: for totality
+    (T.BOT_THREAD, S.IDLE): (_, D.START, D.STOP, D.START, _, KS),
+    (T.BOT_THREAD, S.QUEUED): (D.STEER, D.STEER, D.STOP, _, _, KS),
+    (T.BOT_THREAD, S.RUNNING): (D.STEER, D.STEER, D.STOP, _, _, KS),
 }
 
 
 def test_a_persons_messages_cell_by_cell() -> None:
     assert set(HUMAN_MESSAGE) == set(itertools.product(T, S)), "a new relation or state"
-    assert [*M] == [M.NONE, M.MENTION, M.STOP, M.RESUME, M.APPROVAL], "a new marker"
+    assert [*M] == [M.NONE, M.MENTION, M.STOP, M.RESUME, M.APPROVAL, M.KILL_SWITCH], "a new marker"
     for (relation, state), row in HUMAN_MESSAGE.items():
         for marker, expected in zip(M, row, strict=True):
             got = decide(
@@ -265,6 +283,33 @@ NEW = (T.NO_SESSION, S.IDLE)
         pytest.param(chat(kind=K.ACTION, action="deny"), IDLE, D.APPROVE, id="late-deny"),
         pytest.param(chat(kind=K.ACTION, action="frobnicate"), LIVE, D.IGNORE, id="unknown"),
         pytest.param(chat("approve"), LIVE, D.STEER, id="typed-approve-is-text"),
+        pytest.param(
+            chat("killswitch on", mentioned=True), LIVE, D.KILL_SWITCH, id="kill-switch-live"
+        ),
+        pytest.param(chat("开启急停", mentioned=True), NEW, D.KILL_SWITCH, id="kill-switch-new"),
+        pytest.param(
+            chat("killswitch status", mentioned=True), IDLE, D.KILL_SWITCH, id="switch-status"
+        ),
+        pytest.param(chat("killswitch on"), LIVE, D.STEER, id="kill-switch-needs-the-mention"),
+        pytest.param(chat("killswitch off"), IDLE, D.IGNORE, id="unmentioned-switch-is-chat"),
+        pytest.param(
+            chat("is the killswitch on?", mentioned=True), LIVE, D.STEER, id="switch-question"
+        ),
+        pytest.param(
+            chat("killswitch on", kind=K.EDIT, mentioned=True), LIVE, D.IGNORE, id="switch-edit"
+        ),
+        pytest.param(
+            chat("killswitch on", author=A.OTHER_BOT, mentioned=True),
+            NEW,
+            D.IGNORE,
+            id="bot-pulls-switch",
+        ),
+        pytest.param(
+            chat("killswitch on", author=A.SUBAGENT, mentioned=True),
+            LIVE,
+            D.QUEUE,
+            id="subagent-switch-text-is-content",
+        ),
     ],
 )
 def test_classify(
@@ -286,7 +331,10 @@ def test_a_pause_is_a_stop_that_remembers_it_was_a_pause() -> None:
 @given(
     author=st.sampled_from(MACHINES),
     kind=st.sampled_from(list(K)),
-    text=st.one_of(st.sampled_from(["stop", "停止", "pause", "继续", "approve"]), st.text()),
+    text=st.one_of(
+        st.sampled_from(["stop", "停止", "pause", "继续", "approve", "killswitch on", "关闭急停"]),
+        st.text(),
+    ),
     mentioned=st.booleans(),
     action=st.sampled_from(["", "stop", "approve", "deny"]),
     relation=st.sampled_from(list(T)),
@@ -303,7 +351,7 @@ def test_no_machine_message_ever_cuts_or_approves(
 ) -> None:
     event = chat(text, author=author, kind=kind, mentioned=mentioned, action=action)
     decision = classify(event, relation=relation, state=state).decision
-    assert decision not in {D.STEER, D.STOP, D.APPROVE}
+    assert decision not in {D.STEER, D.STOP, D.APPROVE, D.KILL_SWITCH}
 
 
 # -- who may do what ------------------------------------------------------------------------
@@ -326,6 +374,10 @@ ANYONE = frozenset({R.CHANNEL_MEMBER})
         (Action.APPROVE_DESTRUCTIVE, frozenset({R.RESPONDER}), False, True),
         (Action.APPROVE_DESTRUCTIVE, frozenset({R.RESPONDER}), True, False),  # A5
         (Action.APPROVE_DESTRUCTIVE, frozenset(R), True, False),  # A5, whatever else they are
+        (Action.KILL_SWITCH, frozenset({R.ADMIN}), False, True),
+        (Action.KILL_SWITCH, frozenset({R.ADMIN}), True, True),  # no second person needed
+        (Action.KILL_SWITCH, frozenset(R) - {R.ADMIN}, False, False),  # responders included
+        (Action.STOP, frozenset({R.ADMIN}), False, True),
     ],
 )
 def test_default_authority(
@@ -352,6 +404,8 @@ def test_operators_can_replace_the_authority_table() -> None:
         (D.STEER, frozenset(), D.IGNORE),
         (D.APPROVE, ANYONE, D.IGNORE),  # S17/F13: a non-approver's click does nothing
         (D.APPROVE, frozenset({R.RESPONDER}), D.APPROVE),
+        (D.KILL_SWITCH, frozenset({R.ADMIN}), D.KILL_SWITCH),
+        (D.KILL_SWITCH, frozenset({R.RESPONDER, R.CHANNEL_MEMBER}), D.IGNORE),
         (D.START, frozenset(), D.START),  # starting needs no authority (a mention suffices)
         (D.QUEUE, frozenset(), D.QUEUE),
     ],
@@ -369,4 +423,5 @@ def test_required_action() -> None:
         D.APPROVE: Action.APPROVE,
         D.IGNORE: None,
         D.QUEUE: None,
+        D.KILL_SWITCH: Action.KILL_SWITCH,
     }
