@@ -106,6 +106,9 @@ class TurnRequest:
     """When set, every history write of the turn happens only while it holds (a lease)."""
     requester: str = ""
     """Who asked for the analysis (a platform user id): may not approve its destructive calls."""
+    tools: frozenset[str] | None = None
+    """When set, the turn offers only the runtime's tools with these names (a scheduled job's
+    toolset); names the runtime does not have are ignored."""
 
 
 @dataclass(eq=False)
@@ -135,6 +138,8 @@ class _Run:
     call_ids: set[str] = field(default_factory=set)
     sinks: tuple[EventSink, ...] = ()
     meter: BudgetMeter = field(default_factory=lambda: BudgetMeter(Budget()))
+    toolset: Toolset = field(default_factory=Toolset)
+    """The tools this run offers (the runtime's, narrowed by `TurnRequest.tools`)."""
 
 
 _CUT_RESULTS: dict[Signal, RunResult] = {
@@ -210,6 +215,7 @@ class Runtime:
             diag=RunDiagnostics(session_id=request.session_id, turn_id=request.turn_id),
             sinks=tuple(s for s in (self._sink, sink) if s is not None),
             meter=BudgetMeter(self._limits.budget),
+            toolset=self._toolset if request.tools is None else self._toolset.only(request.tools),
         )
         listener = run.signals.on_stop
 
@@ -291,7 +297,7 @@ class Runtime:
             run.history.append(message)
             return Completed(answer=message.content, final_event_id=final.id)
         refused = run.meter.admit(calls)
-        gated = {c.id for c in calls if c.id not in refused and needs_approval(c, self._toolset)}
+        gated = {c.id for c in calls if c.id not in refused and needs_approval(c, run.toolset)}
         results = await self._run_batch(run, message, skip=gated | set(refused))
         if refused:
             results = await self._refuse(run, message, results, refused)
@@ -393,7 +399,7 @@ class Runtime:
                 tool=call.name,
                 arguments=call.arguments,
                 digest=arguments_digest(call.arguments),
-                risk=self._risk_of(call),
+                risk=self._risk_of(run, call),
                 requester=run.request.requester,
                 requested_at=now,
                 expires_at=expires_at,
@@ -407,8 +413,9 @@ class Runtime:
         run.diag.note("suspended", f"{len(records)} call(s) wait for approval")
         return Awaiting(approvals=tuple(c.id for c in message.tool_calls if c.id in gated))
 
-    def _risk_of(self, call: ToolCall) -> Risk:
-        tool = self._toolset.get(call.name)
+    @staticmethod
+    def _risk_of(run: _Run, call: ToolCall) -> Risk:
+        tool = run.toolset.get(call.name)
         assert tool is not None, "only calls to offered tools are gated"
         return tool.risk
 
@@ -495,9 +502,9 @@ class Runtime:
         gated = {
             c.id
             for c in batch.tool_calls
-            if c.id not in journaled and needs_approval(c, self._toolset)
+            if c.id not in journaled and needs_approval(c, run.toolset)
         }
-        plan = plan_resume(batch, journaled, self._toolset, waiting=gated)
+        plan = plan_resume(batch, journaled, run.toolset, waiting=gated)
         run.diag.note("resume", f"{len(journaled)} kept, {plan.in_doubt} in doubt")
         calls = tuple(FunctionCallPart(call=c) for c in batch.tool_calls)
         await self._observe(run, RunEvent(source=EventSource.MODEL, parts=calls))
@@ -562,7 +569,7 @@ class Runtime:
         if calls is None:
             calls = [c for c in message.tool_calls if c.id not in (skip or set())]
         results = await run_batch(
-            calls, self._toolset, ctx, run.signals, run.diag, on_result, approved
+            calls, run.toolset, ctx, run.signals, run.diag, on_result, approved
         )
         if not skip and (not closed or run.ledger.is_open):
             raise AgentError("internal: a batch ended without closing the balance")
@@ -585,7 +592,7 @@ class Runtime:
 
         outcome = await until_set(
             run.signals.stop,
-            self._model.respond(messages, self._toolset if tools is None else tools, on_delta),
+            self._model.respond(messages, run.toolset if tools is None else tools, on_delta),
         )
         if isinstance(outcome, ModelResponse):
             run.diag.usage += outcome.usage  # tokens were spent even if the response is dropped

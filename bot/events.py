@@ -86,6 +86,8 @@ class ChatEvent(BaseModel):
     sent_at: float = 0.0
     """When the platform says the message was sent (epoch seconds; 0 when unknown). A stop
     cancels requests sent before it, even when their delivery arrives after it."""
+    tools: tuple[str, ...] | None = None
+    """For a scheduled job's run: the only tools its analysis may use (None: all of them)."""
 
     @cached_property
     def session_id(self) -> str:

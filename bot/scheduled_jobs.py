@@ -25,9 +25,9 @@ dedupe markers) starts the thread and submits the run, the other does nothing. T
 script dedupes on that event id as well. A scheduler that dies between its claim and its
 submit loses that one run (it is never fired twice); the next fire time runs as usual.
 
-`tools` (a per-job subset of the worker's tools) is not accepted: the worker's runtime has
-one toolset for every turn, and a run cannot narrow it yet. A job that names tools is
-refused rather than silently given all of them.
+`tools` narrows a job's runs to some of the worker's tools (by name, e.g. `["http_get",
+"prometheus_query"]`; `[]` is none): it travels with the run's event to the worker, which
+offers only those. Omitted, a run has every tool of the worker.
 """
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ class ScheduledJob(BaseModel):
     """Slack channel id; console channel name."""
     prompt: _Text
     """The task, as a person would write it after the mention."""
+    tools: tuple[_Text, ...] | None = None
+    """The worker's tools a run may use, by name; omitted: all of them."""
     second: _Text | None = None
     """Optional crontab-style seconds field (default: at second 0). Meant for tests and
     demos that need several runs a minute."""
@@ -152,11 +154,6 @@ def parse_jobs(raw: str) -> tuple[ScheduledJob, ...]:
 
 
 def _job(entry: object, label: str) -> ScheduledJob:
-    if isinstance(entry, dict) and "tools" in entry:
-        raise BotConfigError(
-            f"CHATOPS_SCHEDULED_JOBS: {label}: 'tools' is not supported; a scheduled run "
-            "has every tool of the worker"
-        )
     try:
         job = ScheduledJob.model_validate(entry)
     except ValidationError as exc:
@@ -347,6 +344,7 @@ class ScheduledJobs:
             author_kind=AuthorKind.SCHEDULER,
             text=job.prompt,
             sent_at=fire_time.timestamp(),
+            tools=job.tools,
         )
         outcome = await route_event(self._queue, event)
         return "started" if outcome == "start" else outcome

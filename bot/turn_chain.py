@@ -160,6 +160,7 @@ class TurnChain:
             inputs=tuple(inputs),
             fence=Fence(self._keys.live_turn(session), chain.lease.token),
             requester=chain.job.event.author,
+            tools=None if chain.job.event.tools is None else frozenset(chain.job.event.tools),
         )
         signals = self._runtime.signals_for(request)
         signals.on_stop = chain.tracker.stopping

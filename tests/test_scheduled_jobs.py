@@ -79,6 +79,9 @@ def test_a_valid_job_parses_with_its_defaults() -> None:
     assert parse_jobs("") == () and parse_jobs("  ") == ()
     (utc,) = parse_jobs(json.dumps([{k: v for k, v in job_entry().items() if k != "timezone"}]))
     assert utc.timezone == "UTC"
+    assert utc.tools is None  # every tool of the worker
+    (narrow,) = parse_jobs(json.dumps([job_entry(tools=["http_get"])]))
+    assert narrow.tools == ("http_get",)
 
 
 @pytest.mark.parametrize(
@@ -90,7 +93,7 @@ def test_a_valid_job_parses_with_its_defaults() -> None:
         (job_entry(timezone="Mars/Olympus"), "'daily-briefing': unknown time zone"),
         (job_entry(platform="teams"), "'daily-briefing': platform"),
         (job_entry(platform="feishu"), "'daily-briefing': feishu is not supported"),
-        (job_entry(tools=["http_get"]), "'daily-briefing': 'tools' is not supported"),
+        (job_entry(tools="http_get"), "'daily-briefing': tools"),
         (job_entry(prompt="  "), "'daily-briefing': prompt"),
         (job_entry(second="70"), "'daily-briefing': cron"),
         (job_entry(colour="blue"), "'daily-briefing': colour"),
@@ -282,7 +285,8 @@ async def test_a_scheduled_run_is_an_ordinary_turn_booked_and_stoppable(
         fp.TextReply("never sent"),
     )
     await deployment.start()
-    scheduler = await Chatops.scheduler(jobs_env(deployment.env, second="*/2"), 10.0)
+    env = jobs_env(deployment.env, second="*/2", tools=["http_get"])
+    scheduler = await Chatops.scheduler(env, 10.0)
     deployment.processes.append(scheduler)
     seen, answered = await next_run(deployment.redis, "0-0")
     scheduler.signal(signal.SIGSTOP)  # no further run until the test lets it fire
@@ -297,6 +301,8 @@ async def test_a_scheduled_run_is_an_ordinary_turn_booked_and_stoppable(
     final = final_card(slack_api, thread)
     assert "Briefing: all quiet overnight." in card_text(final) and not stop_buttons(final)
     assert await automation_turns(deployment.redis) == [answered.turn_id]
+    # The job's toolset: the worker also has http_probe, but this run is offered http_get only.
+    assert [t["function"]["name"] for t in fake_llm.requests[0].tools or []] == ["http_get"]
 
     scheduler.signal(signal.SIGCONT)  # the missed fire times coalesce into one run
     _, stopped = await next_run(deployment.redis, seen)

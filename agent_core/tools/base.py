@@ -178,6 +178,11 @@ class Toolset:
             by_name[tool.name] = tool
         return cls(by_name)
 
+    def only(self, names: Iterable[str]) -> Toolset:
+        """The tools of this set whose names are in `names`."""
+        wanted = set(names)
+        return Toolset({name: tool for name, tool in self.tools.items() if name in wanted})
+
     def get(self, name: str) -> Tool | None:
         """Return the tool called `name`, if offered."""
         return self.tools.get(name)
