@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 
 import redis.asyncio as aioredis
 
+from agent_core.errors import StoreError
 from agent_core.keys import Keys
 from agent_core.messages import AssistantMessage, ToolCall, ToolMessage, ToolStatus, load_message
-from agent_core.store import map_redis_errors
+from agent_core.store import Fence, map_redis_errors
 from agent_core.tools.base import Risk
 
 __all__ = [
@@ -127,18 +129,27 @@ class Approval:
     """Unix time an approved call was handed to its tool (0: not yet). A call started but
     never answered is "in doubt" on resume, never run a second time."""
 
-    def answer(self, call: ToolCall, *, stopped_by: str = "") -> ToolMessage | None:
+    def answer(
+        self, call: ToolCall, *, stopped_by: str = "", current: bool = True
+    ) -> ToolMessage | None:
         """The tool result that closes the call without running it; None when it should run.
 
         Args:
             call: The gated call.
             stopped_by: Set when the turn that closes the batch was itself stopped: nothing
                 may run then, approved or not.
+            current: False when the turn closing the batch is not its continuation (the
+                analysis that asked ended without it): an approval is not carried over.
         """
         if self.verdict is Verdict.APPROVED:
-            if not stopped_by:
-                return None
-            return closing_answer(call, Verdict.STOPPED, stopped_by)
+            if stopped_by:
+                return closing_answer(call, Verdict.STOPPED, stopped_by)
+            if not current:
+                text = "not run: it was approved for an analysis that ended before it could run"
+                return ToolMessage(
+                    call_id=call.id, name=call.name, content=text, status=ToolStatus.ERROR
+                )
+            return None
         return closing_answer(call, self.verdict, self.decided_by)
 
 
@@ -164,6 +175,8 @@ def closing_answer(call: ToolCall, verdict: Verdict, by: str) -> ToolMessage:
 class SuspendedBatch:
     """A batch suspended for approvals: what the next turn of its session closes first."""
 
+    batch_session: str
+    """The session it belongs to."""
     turn_id: str
     batch: AssistantMessage
     journaled: Mapping[str, ToolMessage]
@@ -171,23 +184,90 @@ class SuspendedBatch:
     approvals: Mapping[str, Approval]
     """The gated calls' records, by call id."""
 
-    def settled(self, verdict: Verdict, by: str) -> SuspendedBatch:
-        """This batch with every request still pending decided as `verdict` by `by`."""
-        approvals = {
-            call_id: (
-                replace(a, verdict=verdict, decided_by=by) if a.verdict is Verdict.PENDING else a
-            )
-            for call_id, a in self.approvals.items()
-        }
-        return replace(self, approvals=approvals)
+
+# Claims a suspended batch for the turn that closes it, in one step, so no decision lands
+# after the claim (the desk's script refuses once `closing` is set): every request of the
+# batch still pending is decided `ARGV[3]` by `ARGV[4]`. Fenced like a history write.
+# KEYS: approvals hash, closing, fence key (any key when unfenced), continuation.
+# ARGV: fencing token ('' when unfenced), suspended turn, verdict, who, now, claiming turn, ttl.
+_CLAIM = """
+if ARGV[1] ~= '' then
+  local held = redis.call('GET', KEYS[3])
+  if not held or string.sub(held, 1, string.len(ARGV[1]) + 1) ~= ARGV[1] .. '|' then
+    return {0, {}, ''}
+  end
+end
+redis.call('SET', KEYS[2], ARGV[6], 'EX', ARGV[7])
+local records = {}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local a = cjson.decode(all[i + 1])
+  if a['turn_id'] == ARGV[2] then
+    if a['verdict'] == 'pending' then
+      a['verdict'] = ARGV[3]
+      a['decided_by'] = ARGV[4]
+      a['decided_at'] = tonumber(ARGV[5])
+      redis.call('HSET', KEYS[1], all[i], cjson.encode(a))
+    end
+    table.insert(records, cjson.encode(a))
+  end
+end
+return {1, records, redis.call('GET', KEYS[4]) or ''}
+"""
+
+CLAIM_TTL_S = 7 * 24 * 3600
+"""How long a claim outlives a worker that died before closing the batch (its re-run
+closes it; the claim only keeps late presses out)."""
 
 
 class ApprovalBook:
-    """Reads a session's approval records and its suspended batch."""
+    """Reads a session's approval records and its suspended batch; claims it for a turn."""
 
     def __init__(self, redis: aioredis.Redis, keys: Keys | None = None) -> None:
         self._redis = redis
         self._keys = keys or Keys()
+        self._claim = redis.register_script(_CLAIM)
+
+    async def claim(
+        self,
+        suspended: SuspendedBatch,
+        turn_id: str,
+        pending_verdict: Verdict,
+        by: str,
+        fence: Fence | None,
+    ) -> tuple[SuspendedBatch, bool]:
+        """Claim `suspended` for `turn_id`: requests still pending become `pending_verdict`.
+
+        Returns the batch with its final records, and whether `turn_id` is the batch's
+        continuation (the only turn that may run its approved calls).
+
+        Raises:
+            StoreError: Redis failed, or `fence` no longer holds.
+        """
+        k, session = self._keys, suspended.batch_session
+        keys = [
+            k.approvals(session),
+            k.closing(session),
+            fence.key if fence else k.closing(session),
+            k.continuation(session),
+        ]
+        args = [
+            str(fence.token) if fence else "",
+            suspended.turn_id,
+            pending_verdict.value,
+            by,
+            time.time(),
+            turn_id,
+            CLAIM_TTL_S,
+        ]
+        with map_redis_errors("claim suspended batch"):
+            held, raw, continuation = await self._claim(keys=keys, args=args)
+        if not held:
+            raise StoreError("claim suspended batch: fenced (the lease has moved on)")
+        records = [Approval.from_json(item) for item in raw]
+        approvals = {a.call_id: a for a in records if a.call_id in suspended.approvals}
+        text = continuation.decode() if isinstance(continuation, bytes) else str(continuation)
+        return replace(suspended, approvals=approvals), text == turn_id
 
     async def records(self, session_id: str) -> dict[str, Approval]:
         """Every approval record of the session, by call id."""
@@ -228,4 +308,4 @@ class ApprovalBook:
             return None
         records = await self.records(session_id)
         gated = {c.id: records[c.id] for c in batch.tool_calls if c.id in records}
-        return SuspendedBatch(turn_id, batch, journaled, gated)
+        return SuspendedBatch(session_id, turn_id, batch, journaled, gated)

@@ -148,12 +148,13 @@ async def _execute(
         return _answer(
             call, f"not run: interrupted by {signals.abort_reason}", ToolStatus.INTERRUPTED
         )
-    if tool.risk is not Risk.READ_ONLY and call.id not in approved:
-        # The loop never hands an unapproved change here; this is the last line of defence.
-        text = "error: not run: this call needs a person's approval"
-        return _answer(call, text, ToolStatus.ERROR)
     try:
         args = parse_arguments(call, toolset)
+        if tool.risk is not Risk.READ_ONLY and call.id not in approved:
+            # The loop never hands an unapproved change here; this is the last line of defence.
+            return _answer(
+                call, "error: not run: this call needs a person's approval", ToolStatus.ERROR
+            )
         diag.tool_calls_started += 1
         diag.note("tool_start", call.id)
         output = await _call_with_retries(call, tool, args, ctx, signals, diag)

@@ -59,6 +59,17 @@ class Keys:
         """The turn whose journal holds a batch suspended for approvals (`agent_core.approvals`)."""
         return f"{self.session_prefix(session_id)}:suspended"
 
+    def continuation(self, session_id: str) -> str:
+        """The turn that continues a suspended batch.
+
+        The only one that may run its approved calls (any other turn answers them "not run").
+        """
+        return f"{self.session_prefix(session_id)}:continuation"
+
+    def closing(self, session_id: str) -> str:
+        """Set once a turn claimed the suspended batch: no decision is taken after it."""
+        return f"{self.session_prefix(session_id)}:closing"
+
     @property
     def approvals_due(self) -> str:
         """Sorted set of sessions with pending approvals, scored by the earliest expiry."""

@@ -86,6 +86,9 @@ class LoopLimits:
 
     budget: Budget = field(default_factory=Budget)
     """What one turn may spend (requests, tool calls, repeats, tokens) before it wraps up."""
+    approvals_per_batch: int = 5
+    """Calls of one batch that may wait for approval (the card shows as many); the rest are
+    answered "not run" at once."""
     approval_timeout_s: float = 900.0
     """How long a call waits for a person's approval before it expires (answered "approval
     expired" when the turn resumes)."""
@@ -298,6 +301,13 @@ class Runtime:
             return Completed(answer=message.content, final_event_id=final.id)
         refused = run.meter.admit(calls)
         gated = {c.id for c in calls if c.id not in refused and needs_approval(c, run.toolset)}
+        most = self._limits.approvals_per_batch
+        for call in [c for c in calls if c.id in gated][most:]:
+            gated.discard(call.id)  # a card shows this many requests; more could never be decided
+            refused[call.id] = (
+                f"not run: at most {most} calls may wait for approval at once; ask again for "
+                "this one after those are decided"
+            )
         results = await self._run_batch(run, message, skip=gated | set(refused))
         if refused:
             results = await self._refuse(run, message, results, refused)
@@ -305,7 +315,7 @@ class Runtime:
         if gated:
             cut = await self._park(run, gated)
             if not isinstance(cut, Stopped | Steered):
-                return await self._suspend(run, message, gated)
+                return await self._suspend(run, message, gated, results)
             results = await self._answer_waiting(run, message, results, gated, cut)
         await self._store.append_closed(
             run.request.session_id, run.request.turn_id, [message, *results], run.request.fence
@@ -387,7 +397,13 @@ class Runtime:
                 await self._observe(run, _response(answer))
         return [by_id[c.id] for c in message.tool_calls]
 
-    async def _suspend(self, run: _Run, message: AssistantMessage, gated: set[str]) -> RunResult:
+    async def _suspend(
+        self,
+        run: _Run,
+        message: AssistantMessage,
+        gated: set[str],
+        results: Sequence[ToolMessage],
+    ) -> RunResult:
         """Suspend the batch in its journal with one approval request per gated call."""
         now = time.time()
         expires_at = now + self._limits.approval_timeout_s
@@ -408,7 +424,12 @@ class Runtime:
             if call.id in gated
         }
         await self._store.suspend(
-            run.request.session_id, run.request.turn_id, records, expires_at, run.request.fence
+            run.request.session_id,
+            run.request.turn_id,
+            records,
+            expires_at,
+            results,
+            run.request.fence,
         )
         run.diag.note("suspended", f"{len(records)} call(s) wait for approval")
         return Awaiting(approvals=tuple(c.id for c in message.tool_calls if c.id in gated))
@@ -423,28 +444,28 @@ class Runtime:
         """Close the batch a turn of this session left waiting for approvals, if any.
 
         Runs before the turn begins, so the batch lands in the history before this turn's
-        inputs. Approved calls run (at most once: a call marked started whose result is not
-        journaled is answered "in doubt"); every other call is answered with why it did not
-        run. A request still pending is superseded by this turn (a redirect), or stopped with
-        it when this turn was stopped before it began. Returns `Awaiting` when this turn is
-        the suspended one itself, re-run after a crash, with nothing decided yet.
+        inputs. The turn first claims the batch (`ApprovalBook.claim`): no decision lands
+        after that, and a request still pending is stopped with this turn (when it was
+        stopped before it began) or superseded by it (a redirect, a new analysis). Approved
+        calls run only in the batch's continuation, at most once (a call marked started whose
+        result is not journaled is answered "in doubt"); every other call is answered with
+        why it did not run. The suspended turn itself, re-run after its worker died, closes
+        nothing: it returns `Awaiting` again.
         """
         session, turn = run.request.session_id, run.request.turn_id
         suspended = await self._approvals.suspended(session)
         if suspended is None:
             return None
-        pending = [a for a in suspended.approvals.values() if a.verdict is Verdict.PENDING]
-        if suspended.turn_id == turn and pending:
-            return Awaiting(approvals=tuple(a.call_id for a in pending))
+        if suspended.turn_id == turn:
+            return Awaiting(approvals=tuple(suspended.approvals))
         stopped_by = await self._approvals.stopped_by(session, turn)
-        if pending:
-            if stopped_by is not None:
-                suspended = suspended.settled(Verdict.STOPPED, stopped_by)
-            else:
-                suspended = suspended.settled(Verdict.SUPERSEDED, "a redirect")
-        run.diag.note("close_suspended", suspended.turn_id)
+        verdict = Verdict.SUPERSEDED if stopped_by is None else Verdict.STOPPED
+        suspended, current = await self._approvals.claim(
+            suspended, turn, verdict, stopped_by or "", run.request.fence
+        )
+        run.diag.note("close_suspended", f"{suspended.turn_id} (continuation: {current})")
         async with run.signals.watching():
-            results, approvals = await self._run_suspended(run, suspended, stopped_by)
+            results, approvals = await self._run_suspended(run, suspended, stopped_by, current)
         records = {a.call_id: a.to_json() for a in approvals.values()}
         await self._store.close_suspended(
             session, suspended.turn_id, [suspended.batch, *results], records, run.request.fence
@@ -452,7 +473,7 @@ class Runtime:
         return None
 
     async def _run_suspended(
-        self, run: _Run, suspended: SuspendedBatch, stopped_by: str | None
+        self, run: _Run, suspended: SuspendedBatch, stopped_by: str | None, current: bool
     ) -> tuple[list[ToolMessage], dict[str, Approval]]:
         """Answer every call of a suspended batch; run the approved ones.
 
@@ -470,7 +491,9 @@ class Runtime:
                 answered[call.id] = _in_doubt(call)
             elif approval.started_at:
                 answered[call.id] = _in_doubt(call)  # a worker died while it ran
-            elif (answer := approval.answer(call, stopped_by=stopped_by or "")) is not None:
+            elif (
+                answer := approval.answer(call, stopped_by=stopped_by or "", current=current)
+            ) is not None:
                 answered[call.id] = answer
             else:
                 to_run.append(call)
@@ -515,7 +538,7 @@ class Runtime:
         if gated:
             cut = await self._park(run, gated)
             if not isinstance(cut, Stopped | Steered):
-                return await self._suspend(run, batch, gated)
+                return await self._suspend(run, batch, gated, list(by_id.values()))
             answered = await self._answer_waiting(run, batch, list(by_id.values()), gated, cut)
             by_id |= {r.call_id: r for r in answered}
         results = [by_id[c.id] for c in batch.tool_calls]

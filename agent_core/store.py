@@ -211,9 +211,12 @@ class HistoryStore:
         turn_id: str,
         records: Mapping[str, str],
         expires_at: float,
+        results: Sequence[ToolMessage] = (),
         fence: Fence | None = None,
     ) -> None:
         """Suspend the turn's open batch for approvals: `records` are JSON, by call id.
+
+        `results` (the batch's calls that ran) are written to the journal with it.
 
         The batch stays in the turn's journal; the session's `suspended` key names the turn.
         """
@@ -222,12 +225,17 @@ class HistoryStore:
         def fill(pipe: Pipeline) -> None:
             pipe.hset(k.approvals(session_id), mapping=_fields(records))
             pipe.expire(k.approvals(session_id), TURN_KEY_TTL_S)
+            for result in results:  # the journal is best effort: the suspension is not
+                pipe.hset(k.journal(session_id, turn_id), result.call_id, dump_message(result))
             pipe.set(k.suspended(session_id), turn_id, ex=TURN_KEY_TTL_S)
+            pipe.delete(k.closing(session_id), k.continuation(session_id))
             pipe.expire(k.journal(session_id, turn_id), TURN_KEY_TTL_S)
 
-        await self._write("suspend batch", fill, fence)
-        with map_redis_errors("index approvals"):  # another slot: outside the transaction
+        # Indexed first (another slot: outside the transaction), so a request that exists can
+        # always expire; an entry without a request is harmless.
+        with map_redis_errors("index approvals"):
             await self._redis.zadd(k.approvals_due, {session_id: expires_at}, lt=True)
+        await self._write("suspend batch", fill, fence)
 
     async def update_approvals(
         self, session_id: str, records: Mapping[str, str], fence: Fence | None = None
@@ -256,7 +264,12 @@ class HistoryStore:
 
         def fill(pipe: Pipeline) -> None:
             pipe.rpush(k.history(session_id), *(dump_message(m) for m in messages))
-            pipe.delete(k.journal(session_id, suspended_turn), k.suspended(session_id))
+            pipe.delete(
+                k.journal(session_id, suspended_turn),
+                k.suspended(session_id),
+                k.closing(session_id),
+                k.continuation(session_id),
+            )
             if records:
                 pipe.hset(k.approvals(session_id), mapping=_fields(records))
 

@@ -6,7 +6,9 @@ A5, S17, F13), else it is refused, the refusal goes on the record, and the call 
 
 - the call is waiting for a decision (a replay, or a press on a decided call, changes nothing);
 - the arguments are the ones the button showed (the digest matches);
-- the request has not expired (a late press expires it instead);
+- the request has not expired (a late press expires it instead), and no turn has claimed the
+  batch to close it (a redirect or a stop got there first);
+- the kill switch is off, for an approval (a denial is always taken);
 - the person may decide: approving needs a configured responder (`CHATOPS_RESPONDERS`), and a
   destructive call may not be approved by the person who asked for the analysis (two-person
   rule); denying is open to responders and to that person.
@@ -37,9 +39,9 @@ __all__ = ["ApprovalDesk", "Press", "PressOutcome", "approval_button_value", "pa
 
 log = logging.getLogger(__name__)
 
-# KEYS: approvals hash, awaiting job, turns stream, approvals-due index.
-# ARGV: call id, verdict, who, now, digest, refusal reason ('' when the press is authorized),
-# session id.
+# KEYS: approvals hash, awaiting job, turns stream, approvals-due index, closing marker,
+# kill switch. ARGV: call id, verdict, who, now, digest, refusal reason ('' when the press is
+# authorized), session id.
 _DECIDE = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {'unknown', ''} end
@@ -47,6 +49,10 @@ local a = cjson.decode(raw)
 local now = tonumber(ARGV[4])
 local function save() redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(a)) end
 if a['verdict'] ~= 'pending' then return {'decided', a['verdict']} end
+if redis.call('EXISTS', KEYS[5]) == 1 then return {'decided', 'closed'} end
+if ARGV[2] == 'approved' and redis.call('EXISTS', KEYS[6]) == 1 then
+  ARGV[6] = 'the kill switch is on'
+end
 local outcome = 'ok'
 if now > tonumber(a['expires_at']) then
   a['verdict'] = 'expired'
@@ -197,6 +203,8 @@ class ApprovalDesk:
             k.awaiting(session),
             k.turns_stream,
             k.session.approvals_due,
+            k.session.closing(session),
+            k.killswitch,
         ]
         args = [call_id, verdict.value, who, self._clock(), digest, refusal, session]
         with map_redis_errors("decide approval"):
@@ -210,6 +218,10 @@ class ApprovalDesk:
                 return Press(PressOutcome.DENIED, "Denied: the call will not run.")
             case "expired":
                 return Press(PressOutcome.EXPIRED, "Too late: this request has expired.")
+            case "decided" if detail == "closed":
+                return Press(
+                    PressOutcome.ALREADY_DECIDED, "No longer waiting: the analysis moved on."
+                )
             case "decided":
                 return Press(PressOutcome.ALREADY_DECIDED, f"Already decided ({detail}).")
             case "refused":

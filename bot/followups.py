@@ -20,13 +20,17 @@ import redis.asyncio as aioredis
 
 from agent_core import UserKind, UserMessage, load_message
 from agent_core.interrupts import TOMBSTONE_TTL_S
-from agent_core.store import map_redis_errors
+from agent_core.store import TURN_KEY_TTL_S, map_redis_errors
 from bot.events import ChatEvent
 from bot.keys import BotKeys
 from bot.lease import Lease, LeaseLost
 from bot.queue import TurnJob
 
-__all__ = ["Followups"]
+__all__ = ["AWAITING_TTL_S", "Followups"]
+
+AWAITING_TTL_S = TURN_KEY_TTL_S
+"""How long an analysis waiting for approvals keeps its parked continuation: as long as the
+suspended batch itself (a request expires long before, `CHATOPS_APPROVAL_TIMEOUT_S`)."""
 
 # KEYS: open turns, follow-ups, the current turn's tombstone, the next turn's tombstone.
 # ARGV: next turn, tombstone ttl.
@@ -52,30 +56,34 @@ return 1
 """
 
 
-# KEYS: the session's lease, open turns, follow-ups, the suspended turn's tombstone, the
-# continuation's tombstone, the approvals hash, the awaiting job, the turns stream.
-# ARGV: fencing token, continuation turn, tombstone ttl, job, suspended turn.
+# KEYS: the session's lease, open turns, the suspended turn's tombstone, the continuation's
+# tombstone, the approvals hash, the awaiting job, the turns stream, the continuation marker,
+# the steer queue. ARGV: fencing token, continuation turn, ttl, job, suspended turn.
 # Opens the continuation of an analysis suspended for approvals and parks its job until the
-# desk queues it, fenced like a hand-over. A stop that came first (carried over like `open`)
-# or requests already decided (an expiry in between) queue it at once: nobody else would.
+# desk queues it, fenced like a hand-over. Done once: a re-run of the suspended turn finds the
+# continuation marker and changes nothing. A stop that came first (carried over like `open`),
+# a redirect already queued, or requests already decided (an expiry in between) queue it at
+# once: nobody else would. The continuation is not a follow-up: once queued it is a stream
+# job like any other, taken over from the stream if its worker dies.
 _AWAIT = """
 local held = redis.call('GET', KEYS[1])
 if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[8]) == 1 then return 3 end
+redis.call('SET', KEYS[8], ARGV[2], 'EX', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('EXPIRE', KEYS[3], ARGV[3])
-local stop = redis.call('GET', KEYS[4])
-if stop then redis.call('SET', KEYS[5], stop, 'EX', ARGV[3]) end
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+local stop = redis.call('GET', KEYS[3])
+if stop then redis.call('SET', KEYS[4], stop, 'EX', ARGV[3]) end
 local waiting = false
-for _, value in ipairs(redis.call('HVALS', KEYS[6])) do
+for _, value in ipairs(redis.call('HVALS', KEYS[5])) do
   local a = cjson.decode(value)
   if a['turn_id'] == ARGV[5] and a['verdict'] == 'pending' then waiting = true end
 end
-if stop or not waiting then
-  redis.call('XADD', KEYS[8], '*', 'job', ARGV[4])
+if stop or not waiting or redis.call('LLEN', KEYS[9]) > 0 then
+  redis.call('XADD', KEYS[7], '*', 'job', ARGV[4])
   return 2
 end
-redis.call('SET', KEYS[7], ARGV[4], 'EX', ARGV[3])
+redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[3])
 return 1
 """
 
@@ -140,17 +148,18 @@ class Followups:
                 keys=[
                     k.live_turn(session),
                     k.open_turns(session),
-                    k.followups(session),
                     k.session.tombstone(session, suspended_turn),
                     k.session.tombstone(session, job.turn_id),
                     k.session.approvals(session),
                     k.awaiting(session),
                     k.turns_stream,
+                    k.session.continuation(session),
+                    k.session.steers(session),
                 ],
                 args=[
                     lease.token,
                     job.turn_id,
-                    TOMBSTONE_TTL_S,
+                    AWAITING_TTL_S,
                     job.model_dump_json(),
                     suspended_turn,
                 ],

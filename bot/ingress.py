@@ -34,7 +34,7 @@ from bot.errors import (
     QueueUnavailable,
     RequestRejected,
 )
-from bot.events import ChatEvent
+from bot.events import ChatEvent, EventKind
 from bot.killswitch import KillSwitch, KillSwitchDesk, SwitchAnswer
 from bot.metrics import IngressMetrics
 from bot.queue import Queue, Route
@@ -135,6 +135,10 @@ def _unavailable() -> JSONResponse:
     return JSONResponse({"error": "temporarily unavailable, retry"}, status_code=503)
 
 
+def _is_press(event: ChatEvent) -> bool:
+    return event.kind is EventKind.ACTION and event.action in ("approve", "deny")
+
+
 async def _accept(ingress: Ingress, event: ChatEvent, budget: float = ACK_BUDGET_S) -> Response:
     """Decide and enqueue within `budget` seconds; 503 when Redis cannot take the event.
 
@@ -149,7 +153,9 @@ async def _accept(ingress: Ingress, event: ChatEvent, budget: float = ACK_BUDGET
     try:
         async with asyncio.timeout(max(budget, 0.0)):
             outcome = await route_event(ingress.queue, event)
-            if outcome == Route.APPROVE.value:
+            # A duplicate too: a delivery whose press failed after the dedupe marker was set
+            # is retried by the platform, and deciding is idempotent.
+            if outcome == Route.APPROVE.value or (outcome == "duplicate" and _is_press(event)):
                 press = await ingress.desk.press(event)
             elif outcome == Route.KILL_SWITCH.value:
                 switched = await ingress.switch_desk.command(event)

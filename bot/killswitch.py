@@ -28,7 +28,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from agent_core.interrupts import ControlPlane
+from agent_core.interrupts import TOMBSTONE_TTL_S, ControlPlane
 from agent_core.store import map_redis_errors
 from bot.control_commands import KILL_SWITCH_INTENTS, ControlIntent, parse_control
 from bot.events import ChatEvent
@@ -38,6 +38,25 @@ from bot.steer_policy import Action, Role, may
 __all__ = ["KillSwitch", "KillSwitchDesk", "SwitchAnswer", "SwitchOutcome", "SwitchState"]
 
 log = logging.getLogger(__name__)
+
+
+# KEYS: open turns, the parked continuation job, the turns stream, the bell.
+# ARGV: the tombstone key prefix (the key of turn "" ), who stopped, tombstone ttl.
+# Tombstones the open turns of an analysis waiting for approvals and queues its parked
+# continuation (when it is parked: one the desk already queued is tombstoned all the same).
+_STOP_WAITING = """
+local turns = redis.call('SMEMBERS', KEYS[1])
+for _, turn in ipairs(turns) do
+  redis.call('SET', ARGV[1] .. turn, ARGV[2], 'EX', ARGV[3])
+  redis.call('RPUSH', KEYS[4], 'stop:' .. turn)
+end
+local job = redis.call('GET', KEYS[2])
+if job then
+  redis.call('XADD', KEYS[3], '*', 'job', job)
+  redis.call('DEL', KEYS[2])
+end
+return turns
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +81,7 @@ class KillSwitch:
         self._redis = redis
         self._keys = keys or BotKeys()
         self._control = ControlPlane(redis, self._keys.session)
+        self._stop_waiting = redis.register_script(_STOP_WAITING)
 
     async def state(self) -> SwitchState:
         """The switch's state (one GET)."""
@@ -82,6 +102,33 @@ class KillSwitch:
         for session, turn in await self._live_turns():
             await self._control.stop(session, turn, by=stopper)
             stopped.append(f"{session}/{turn}")
+        stopped += await self._stop_awaiting(stopper)
+        return stopped
+
+    async def _stop_awaiting(self, stopper: str) -> list[str]:
+        """Stop every analysis waiting for approvals: they hold no lease, so no live turn.
+
+        Its continuation is tombstoned and queued, as a Stop press does; it runs once the
+        switch is off, answers the waiting calls "interrupted" and ends the card "Stopped".
+        """
+        k = self._keys
+        with map_redis_errors("read waiting analyses"):
+            sessions: Any = await self._redis.zrange(k.session.approvals_due, 0, -1)
+        stopped = []
+        for raw in sessions:
+            session = raw.decode() if isinstance(raw, bytes) else str(raw)
+            keys = [
+                k.open_turns(session),
+                k.awaiting(session),
+                k.turns_stream,
+                k.session.bell(session),
+            ]
+            with map_redis_errors("stop a waiting analysis"):
+                turns: Any = await self._stop_waiting(
+                    keys=keys,
+                    args=[k.session.tombstone(session, ""), stopper, TOMBSTONE_TTL_S],
+                )
+            stopped += [f"{session}/{t.decode() if isinstance(t, bytes) else t}" for t in turns]
         return stopped
 
     async def release(self) -> bool:

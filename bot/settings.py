@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     in chat (`@chatops killswitch on|off|status`). Empty: nobody can (it fails closed); the
     `chatops killswitch` command works regardless."""
     approval_timeout_s: float = Field(
-        default=900.0, gt=0, validation_alias="CHATOPS_APPROVAL_TIMEOUT_S"
+        default=900.0, gt=0, le=86_400, validation_alias="CHATOPS_APPROVAL_TIMEOUT_S"
     )
     """How long a call waits for a decision before it expires (answered "approval expired")."""
     max_steps: int = Field(default=25, ge=1, validation_alias="CHATOPS_MAX_STEPS")

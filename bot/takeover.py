@@ -29,6 +29,10 @@ _STATUS_OF = {
 }
 
 
+_HANDED_ON = frozenset({SettleReason.DRAINED, SettleReason.AWAITING})
+"""Settle reasons after which the analysis continues in another job."""
+
+
 def analysis_of(turn_id: str) -> str:
     """The job turn an analysis started from (its later turns are `<job turn>.<n>`)."""
     return turn_id.partition(".")[0]
@@ -69,11 +73,16 @@ class Takeover:
             return False, None
         if (await record.read()).get("final") != "0":
             return True, None
+        last = await self._last_settle(job)
+        if last is not None and last.reason in _HANDED_ON:
+            # Its worker died after handing the analysis on (a drain's resume job, or the
+            # continuation parked for approvals) but before acknowledging this job: the
+            # analysis goes on there, and running this job again would run it twice.
+            return True, None
         with map_redis_errors("read open turns"):
             still_open = await self._redis.smembers(self._keys.open_turns(session))
         if any(analysis_of(_text(t)) == analysis_of(job.turn_id) for t in still_open):
             return False, None
-        last = await self._last_settle(job)
         card = await continued_card(record, job)
         if card is None or last is None:
             return True, None

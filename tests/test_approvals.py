@@ -25,6 +25,7 @@ from agent_core.approvals import Approval, Verdict
 from agent_core.keys import Keys
 from agent_core.store import HistoryStore
 from bot.events import Platform, session_id_for
+from bot.killswitch import KillSwitch
 from bot.scheduler import open_scheduler
 from bot.settings import Settings
 from tests.deployment import slack_session
@@ -399,3 +400,44 @@ async def test_h3_a_worker_killed_before_the_turn_suspended_asks_again_after_tak
     assert restarts(journal) == 1
     assert [r.status for r in fake_llm.requests] == [200, 200]
     assert "Restarted after approval." in card_text(final_card(slack_api, thread))
+
+
+async def test_the_kill_switch_stops_an_analysis_waiting_for_approval(
+    side_effect_bot, fake_llm, slack_api, slow_service, redis_client, journal
+) -> None:
+    thread = await waiting_analysis(side_effect_bot, fake_llm, slack_api, slow_service, "never")
+    switch = KillSwitch(redis_client)
+    stopped = await switch.engage("oncall-lead")
+    assert any(s.startswith(session_of(thread)) for s in stopped)
+    refused = await press(side_effect_bot, slack_api, thread, "approve", user=RESPONDER)
+    assert refused["approval"] == "refused" and "kill switch" in refused["message"]
+
+    await switch.release()  # the continuation runs now: it only closes the batch and the card
+    await side_effect_bot.worker.wait_finished(2)
+    assert restarts(journal) == 0
+    assert len(fake_llm.requests) == 1
+    assert "Stopped by the kill switch (oncall-lead)" in card_text(final_card(slack_api, thread))
+    (closed,) = await records(redis_client, thread)
+    assert closed.verdict is Verdict.STOPPED
+    await history_is_closed(redis_client, thread)
+
+
+async def test_s17_a_redelivered_press_is_answered_from_the_record(
+    side_effect_bot, fake_llm, slack_api, slow_service, redis_client, journal
+) -> None:
+    thread = await waiting_analysis(side_effect_bot, fake_llm, slack_api, slow_service, "Done.")
+    (posted,) = cards_in(slack_api, thread)
+    shown = updates_of(slack_api, posted.response["ts"])[-1]
+    payload = sg.slack_block_actions(
+        action_id="approve",
+        value=approval_buttons(shown)["approve"]["value"],
+        message_ts=posted.response["ts"],
+        thread_ts=thread,
+        user=RESPONDER,
+        button_text="Approve",
+    )
+    first = (await side_effect_bot.press(payload)).json()
+    again = (await side_effect_bot.press(payload)).json()  # the same delivery, once more
+    assert first["approval"] == "approved" and again["approval"] == "already_decided"
+    await side_effect_bot.worker.wait_finished(2)
+    assert restarts(journal) == 1
