@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 from agent_core.errors import StoreError
 from bot.adapters.console import parse_console, verify_console
 from bot.adapters.slack import SlackIdentity, parse_slack, verify_slack
-from bot.approval_desk import ApprovalDesk, Press
+from bot.approval_desk import ApprovalDesk
 from bot.errors import (
     BodyTooLarge,
     BotConfigError,
@@ -34,11 +34,11 @@ from bot.errors import (
     QueueUnavailable,
     RequestRejected,
 )
-from bot.events import ChatEvent, EventKind
-from bot.killswitch import KillSwitch, KillSwitchDesk, SwitchAnswer
+from bot.events import ChatEvent
+from bot.intake import Intake
+from bot.killswitch import KillSwitch, KillSwitchDesk
 from bot.metrics import IngressMetrics
-from bot.queue import Queue, Route
-from bot.routing import route_event
+from bot.queue import Queue
 from bot.settings import Settings
 
 if TYPE_CHECKING:  # lark_oapi is imported only when Feishu is configured
@@ -70,24 +70,16 @@ class Ingress:
     slack: SlackIdentity | None = None
     feishu: FeishuVerifier | None = None
     clock: Callable[[], float] = time.time
-    desk: ApprovalDesk = field(init=False)
-    switch_desk: KillSwitchDesk = field(init=False)
+    intake: Intake = field(init=False)
 
     def __post_init__(self) -> None:
-        self.desk = ApprovalDesk(
+        desk = ApprovalDesk(
             self.redis, self.queue.keys, self.settings.responder_ids, clock=self.clock
         )
-        self.switch_desk = KillSwitchDesk(
+        switch_desk = KillSwitchDesk(
             KillSwitch(self.redis, self.queue.keys), self.settings.admin_ids
         )
-
-    async def forget_event(self, event: ChatEvent) -> None:
-        """Drop an event's dedupe markers (best effort), so the platform's retry carries it out."""
-        try:
-            async with asyncio.timeout(_REDIS_CALL_S):
-                await self.queue.forget(event)
-        except (QueueUnavailable, TimeoutError) as exc:
-            log.warning("event %s not forgotten, its retry is dropped: %s", event.event_id, exc)
+        self.intake = Intake(self.queue, desk, switch_desk)
 
     async def forget_nonce(self, nonce: str) -> None:
         """Drop a recorded nonce (best effort: Redis just failed us once already)."""
@@ -135,40 +127,23 @@ def _unavailable() -> JSONResponse:
     return JSONResponse({"error": "temporarily unavailable, retry"}, status_code=503)
 
 
-def _is_press(event: ChatEvent) -> bool:
-    return event.kind is EventKind.ACTION and event.action in ("approve", "deny")
-
-
 async def _accept(ingress: Ingress, event: ChatEvent, budget: float = ACK_BUDGET_S) -> Response:
     """Decide and enqueue within `budget` seconds; 503 when Redis cannot take the event.
 
-    An accepted Approve or Deny press is decided by the desk at once; its answer is the body's
-    `message` (a Feishu card callback shows it as a toast). So is an admin's kill switch command
-    (`bot.killswitch`); when it could not be carried out, the event is forgotten, so the
-    platform's retry is not taken for a duplicate.
+    An Approve or Deny press is decided at once (`bot.intake`); its answer is the body's
+    `message` (a Feishu card callback shows it as a toast). So is an admin's kill switch command.
     """
-    press: Press | None = None
-    switched: SwitchAnswer | None = None
-    outcome = ""
     try:
         async with asyncio.timeout(max(budget, 0.0)):
-            outcome = await route_event(ingress.queue, event)
-            # A duplicate too: a delivery whose press failed after the dedupe marker was set
-            # is retried by the platform, and deciding is idempotent.
-            if outcome == Route.APPROVE.value or (outcome == "duplicate" and _is_press(event)):
-                press = await ingress.desk.press(event)
-            elif outcome == Route.KILL_SWITCH.value:
-                switched = await ingress.switch_desk.command(event)
+            taken = await ingress.intake.take(event)
     except (TimeoutError, QueueUnavailable, StoreError) as exc:
         ingress.metrics.unavailable.inc()
         log.warning("event %s not accepted: %s", event.event_id, exc)
-        if outcome == Route.KILL_SWITCH.value:
-            await ingress.forget_event(event)
         return _unavailable()
-    ingress.metrics.event(event.platform.value, outcome)
-    if press is not None:
+    ingress.metrics.event(event.platform.value, taken.outcome)
+    if (press := taken.press) is not None:
         return JSONResponse({"ok": True, "approval": press.outcome.value, "message": press.message})
-    if switched is not None:
+    if (switched := taken.switched) is not None:
         said = {"killswitch": switched.outcome.value, "message": switched.message}
         return JSONResponse({"ok": True, **said})
     return _ok()
@@ -343,7 +318,9 @@ def create_app(
             if feishu_long_connection and verifier is not None:
                 from bot.adapters.feishu_ws import start_long_connection
 
-                start_long_connection(settings, queue, verifier.identity)
+                start_long_connection(
+                    settings, queue, verifier.identity, submit=app.state.ingress.intake.submit
+                )
             async with _socket_mode(settings, app.state.ingress):
                 yield
         finally:
@@ -384,7 +361,13 @@ async def _socket_mode(settings: Settings, ingress: Ingress) -> AsyncIterator[No
 
     async with asyncio.TaskGroup() as group:  # a receiver that fails takes the app down
         receiver = group.create_task(
-            run_socket_mode(settings, ingress.queue, ingress.slack, metrics=ingress.metrics)
+            run_socket_mode(
+                settings,
+                ingress.queue,
+                ingress.slack,
+                metrics=ingress.metrics,
+                submit=ingress.intake.submit,
+            )
         )
         try:
             yield

@@ -10,17 +10,21 @@ route, atomically with the dedupe and the write.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from bot.events import AuthorKind, ChatEvent, EventKind
 from bot.queue import Queue, Route, StateRoutes
 from bot.steer_policy import Decision, Marker, RunState, ThreadRelation, decide, marker_of
 
-__all__ = ["route_event", "routes_for"]
+__all__ = ["Submit", "route_event", "routes_for"]
 
 log = logging.getLogger(__name__)
+
+Submit = Callable[[ChatEvent], Coroutine[Any, Any, str]]
+"""Takes in one event and returns its routing outcome (`route_event` on a queue, or
+`bot.intake.Intake.submit`, which also decides presses and commands)."""
 
 _ROUTES = {
     Decision.START: Route.START,

@@ -26,9 +26,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent_core import Keys
 from bot.adapters.slack import SlackIdentity
 from bot.adapters.slack_socket import SlackSocketReceiver, SocketModeOptions, run_socket_mode
+from bot.approval_desk import ApprovalDesk
 from bot.errors import BotConfigError
 from bot.events import session_id_for
+from bot.intake import Intake
 from bot.keys import BotKeys
+from bot.killswitch import KillSwitch, KillSwitchDesk
 from bot.metrics import IngressMetrics
 from bot.queue import Queue
 from bot.settings import Settings
@@ -295,3 +298,34 @@ async def test_run_socket_mode_serves_until_cancelled(
     assert await stream_len(redis_client) == 1
     with pytest.raises(BotConfigError, match="SLACK_APP_TOKEN"):
         await run_socket_mode(Settings(_env_file=None), Queue(redis_client), IDENTITY)
+
+
+async def test_an_admins_kill_switch_command_over_the_socket_is_carried_out(
+    slack_socket: FakeSocketModeSlack, redis_client: aioredis.Redis
+) -> None:
+    # What `chatops serve` wires: the socket takes events in like the webhook (bot.intake).
+    queue = Queue(redis_client)
+    switch = KillSwitch(redis_client)
+    intake = Intake(
+        queue, ApprovalDesk(redis_client, KEYS), KillSwitchDesk(switch, admins=["U0ADMIN"])
+    )
+    receiver = SlackSocketReceiver(
+        app_token=slack_socket.app_token,
+        web_client=AsyncWebClient(base_url=slack_socket.base_url),
+        queue=queue,
+        identity=IDENTITY,
+        options=OPTIONS,
+        submit=intake.submit,
+    )
+    command = f"<@{sg.SLACK_BOT_USER_ID}> killswitch on"
+    async with receiver:
+        conn = await slack_socket.wait_for_connection()
+        outsider = events_api(sg.slack_app_mention(text=command, user="U0SOMEONE"))
+        await slack_socket.wait_for_ack(await conn.send(outsider))
+        assert not (await switch.state()).on
+        admin = events_api(sg.slack_app_mention(text=command, user="U0ADMIN"))
+        await slack_socket.wait_for_ack(await conn.send(admin))
+    state = await switch.state()
+    assert state.on and state.by == "U0ADMIN"
+    assert await stream_len(redis_client) == 0  # a command, never an analysis
+    await switch.release()

@@ -22,7 +22,7 @@ import lark_oapi as lark
 
 from bot.adapters.feishu import FeishuIdentity, normalize_event
 from bot.queue import Queue
-from bot.routing import route_event
+from bot.routing import Submit, route_event
 from bot.settings import Settings
 
 __all__ = ["ACK_BUDGET_S", "EnqueueHandler", "start_long_connection"]
@@ -42,9 +42,14 @@ class EnqueueHandler:
     """
 
     def __init__(
-        self, queue: Queue, identity: FeishuIdentity, loop: asyncio.AbstractEventLoop
+        self,
+        queue: Queue,
+        identity: FeishuIdentity,
+        loop: asyncio.AbstractEventLoop,
+        submit: Submit | None = None,
     ) -> None:
         self._queue = queue
+        self._submit = submit or (lambda event: route_event(queue, event))
         self._identity = identity
         self._loop = loop
 
@@ -52,7 +57,7 @@ class EnqueueHandler:
         event = normalize_event(json.loads(payload), self._identity)
         if event is None:
             return None
-        pending = asyncio.run_coroutine_threadsafe(route_event(self._queue, event), self._loop)
+        pending = asyncio.run_coroutine_threadsafe(self._submit(event), self._loop)
         try:
             outcome = pending.result(timeout=ACK_BUDGET_S)
         except BaseException:
@@ -63,11 +68,18 @@ class EnqueueHandler:
 
 
 def start_long_connection(
-    settings: Settings, queue: Queue, identity: FeishuIdentity
+    settings: Settings,
+    queue: Queue,
+    identity: FeishuIdentity,
+    *,
+    submit: Submit | None = None,
 ) -> threading.Thread:
-    """Start lark's websocket client in a daemon thread, feeding the running loop's queue."""
+    """Start lark's websocket client in a daemon thread, feeding the running loop's queue.
+
+    `submit` takes in each event (`bot.intake`); default: routed and written to `queue` only.
+    """
     assert settings.feishu_app_id and settings.feishu_app_secret is not None
-    handler = EnqueueHandler(queue, identity, asyncio.get_running_loop())
+    handler = EnqueueHandler(queue, identity, asyncio.get_running_loop(), submit)
     client = lark.ws.Client(
         settings.feishu_app_id,
         settings.feishu_app_secret.get_secret_value(),

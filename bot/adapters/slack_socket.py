@@ -39,13 +39,14 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent_core.errors import StoreError
 from bot.adapters.slack import SlackIdentity, parse_slack
 from bot.adapters.slack_client import DEFAULT_SLACK_API_URL
 from bot.errors import BotConfigError, MalformedRequest, QueueUnavailable
 from bot.events import ChatEvent
 from bot.metrics import IngressMetrics
 from bot.queue import Queue
-from bot.routing import route_event
+from bot.routing import Submit, route_event
 from bot.settings import Settings
 
 __all__ = ["SlackSocketReceiver", "SocketModeOptions", "run_socket_mode", "socket_web_client"]
@@ -85,6 +86,7 @@ class SlackSocketReceiver:
         identity: SlackIdentity,
         options: SocketModeOptions | None = None,
         metrics: IngressMetrics | None = None,
+        submit: Submit | None = None,
     ) -> None:
         """Prepare a receiver; nothing connects before `start()`.
 
@@ -95,10 +97,13 @@ class SlackSocketReceiver:
             identity: Who the bot is, so its own posts are never input.
             options: Timing and capacity.
             metrics: The ingress counters to feed, if any (the webhook's labels).
+            submit: Takes in each event (`bot.intake`: presses and commands decided too);
+                default: routed and written to `queue` only.
         """
         self._app_token = app_token
         self._web_client = web_client
         self._queue = queue
+        self._submit = submit or (lambda event: route_event(queue, event))
         self._identity = identity
         self._options = options or SocketModeOptions()
         self._metrics = metrics
@@ -241,8 +246,8 @@ class SlackSocketReceiver:
             return True
         try:
             async with asyncio.timeout(self._options.ack_budget_s):
-                outcome = await route_event(self._queue, event)
-        except (TimeoutError, QueueUnavailable) as exc:
+                outcome = await self._submit(event)
+        except (TimeoutError, QueueUnavailable, StoreError) as exc:
             if self._metrics is not None:
                 self._metrics.unavailable.inc()
             log.warning("slack event %s not written, not acknowledged: %s", event.event_id, exc)
@@ -317,6 +322,7 @@ async def run_socket_mode(
     *,
     metrics: IngressMetrics | None = None,
     options: SocketModeOptions | None = None,
+    submit: Submit | None = None,
 ) -> None:
     """Receive Slack over Socket Mode until cancelled (what `chatops serve` runs for it).
 
@@ -326,6 +332,7 @@ async def run_socket_mode(
         identity: The bot's identity (`fetch_identity`).
         metrics: The ingress counters to feed, if any.
         options: Timing and capacity.
+        submit: Takes in each event (default: routed and written to `queue` only).
 
     Raises:
         BotConfigError: `SLACK_APP_TOKEN` is not set, or Slack refused it.
@@ -341,6 +348,7 @@ async def run_socket_mode(
         identity=identity,
         options=options,
         metrics=metrics,
+        submit=submit,
     )
     async with receiver:
         await receiver.wait()

@@ -1,0 +1,86 @@
+"""Taking in one accepted event, whichever transport delivered it.
+
+The webhook routes, Slack's Socket Mode and Feishu's long connection all hand a normalized event
+here: it is classified and written (`route_event`), then an Approve or Deny press is decided by
+the approval desk and an admin's kill switch command is carried out, in that order, so every
+transport brakes and approves alike. A press whose delivery is a duplicate is decided too (the
+desk is idempotent, and the first delivery may have failed after its dedupe marker was set); a
+kill switch command that could not be carried out is forgotten, so the platform's retry is not
+taken for a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from agent_core.errors import StoreError
+from bot.approval_desk import ApprovalDesk, Press
+from bot.errors import QueueUnavailable
+from bot.events import ChatEvent, EventKind
+from bot.killswitch import KillSwitchDesk, SwitchAnswer
+from bot.queue import Queue, Route
+from bot.routing import route_event
+
+__all__ = ["FORGET_TIMEOUT_S", "Intake", "Taken"]
+
+log = logging.getLogger(__name__)
+
+FORGET_TIMEOUT_S = 5.0
+"""Bound of dropping a failed command's dedupe markers (no request waits on it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What became of one event."""
+
+    outcome: str
+    """The routing outcome (`start`, `steer`, `duplicate`, …), for metrics and logs."""
+    press: Press | None = None
+    """For an Approve or Deny press: the desk's decision."""
+    switched: SwitchAnswer | None = None
+    """For a kill switch command: what it did."""
+
+
+def _is_press(event: ChatEvent) -> bool:
+    return event.kind is EventKind.ACTION and event.action in ("approve", "deny")
+
+
+class Intake:
+    """Routes events and carries out the presses and commands among them."""
+
+    def __init__(self, queue: Queue, desk: ApprovalDesk, switch_desk: KillSwitchDesk) -> None:
+        self.queue = queue
+        self._desk = desk
+        self._switch_desk = switch_desk
+
+    async def take(self, event: ChatEvent) -> Taken:
+        """Write `event`, then decide it if it is a press or a command.
+
+        Raises:
+            QueueUnavailable, StoreError: Redis could not take it (the platform should retry).
+        """
+        outcome = await route_event(self.queue, event)
+        try:
+            if outcome == Route.APPROVE.value or (outcome == "duplicate" and _is_press(event)):
+                return Taken(outcome, press=await self._desk.press(event))
+            if outcome == Route.KILL_SWITCH.value:
+                return Taken(outcome, switched=await self._switch_desk.command(event))
+        except (QueueUnavailable, StoreError, asyncio.CancelledError):
+            if outcome == Route.KILL_SWITCH.value:
+                await asyncio.shield(self._forget(event))
+            raise
+        return Taken(outcome)
+
+    async def submit(self, event: ChatEvent) -> str:
+        """`take`, for a transport that only needs the routing outcome."""
+        return (await self.take(event)).outcome
+
+    async def _forget(self, event: ChatEvent) -> None:
+        """Drop the event's dedupe markers (best effort), so the platform's retry runs it."""
+        try:
+            async with asyncio.timeout(FORGET_TIMEOUT_S):
+                await self.queue.forget(event)
+        except (QueueUnavailable, TimeoutError) as exc:
+            log.warning("event %s not forgotten, its retry is dropped: %s", event.event_id, exc)
