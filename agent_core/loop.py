@@ -183,6 +183,11 @@ class Runtime:
         return self._store
 
     @property
+    def toolset(self) -> Toolset:
+        """Every tool the runtime may offer (a turn may offer fewer: `TurnRequest.tools`)."""
+        return self._toolset
+
+    @property
     def approvals(self) -> ApprovalBook:
         """The approval records of the sessions this runtime runs."""
         return self._approvals

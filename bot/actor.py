@@ -36,6 +36,8 @@ from bot.platform import CardTarget, ChatPlatform
 from bot.progress import CardTracker
 from bot.queue import TurnJob
 from bot.settle import SettleWriter
+from bot.subagent_desk import SubagentDesk
+from bot.subagents import SubagentRegistry
 from bot.takeover import Takeover, continued_card
 from bot.task_errors import cause_of
 from bot.turn_chain import Chain, TurnChain
@@ -75,6 +77,7 @@ class Actor:
         platforms: Mapping[Platform, ChatPlatform],
         options: ActorOptions | None = None,
         failpoints: Failpoints | None = None,
+        subagents: SubagentDesk | None = None,
     ) -> None:
         self._runtime = runtime
         self._redis = redis
@@ -94,6 +97,7 @@ class Actor:
             followups=self._followups,
             remedy_rungs=self._options.remedy_rungs,
             max_turns=self._options.max_turns,
+            subagents=subagents or SubagentDesk(SubagentRegistry(redis, keys)),
         )
 
     def drain(self) -> None:

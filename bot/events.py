@@ -22,6 +22,9 @@ class Platform(StrEnum):
     SLACK = "slack"
     FEISHU = "feishu"
     CONSOLE = "console"
+    SUBAGENT = "subagent"
+    """A sub-agent's analysis: no chat thread; its card is its record in the parent's
+    registry (`bot.subagents`)."""
 
 
 class AuthorKind(StrEnum):

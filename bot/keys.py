@@ -132,6 +132,23 @@ class BotKeys:
         """
         return f"{self.session.session_prefix(session_id)}:awaiting"
 
+    def children(self, session_id: str) -> str:
+        """Hash of the session's sub-agents, one JSON `ChildRecord` per child id."""
+        return f"{self.session.session_prefix(session_id)}:children"
+
+    def tree_stopped(self, session_id: str) -> str:
+        """Set when the session's analysis was stopped: its sub-agents report no more."""
+        return f"{self.session.session_prefix(session_id)}:tree-stopped"
+
+    def parked(self, session_id: str, turn_id: str) -> str:
+        """Set once a turn that ended to wait parked its continuation (done once per turn)."""
+        return f"{self.session.session_prefix(session_id)}:parked:{turn_id}"
+
+    @property
+    def parents(self) -> str:
+        """Set of sessions that dispatched sub-agents (the kill switch stops their trees)."""
+        return f"{self.prefix}:parents"
+
     @property
     def console_cards(self) -> str:
         """Stream of the console platform's card posts and updates (`chatops console` reads it)."""

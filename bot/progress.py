@@ -18,8 +18,10 @@ from agent_core.approvals import Approval
 from agent_core.messages import ToolCall
 from agent_core.redaction import redact
 from bot.approval_desk import approval_button_value
+from bot.subagents import ChildRecord
 from cards.model import (
     CardApproval,
+    CardChild,
     CardStatus,
     CardStep,
     Intervention,
@@ -161,6 +163,17 @@ class CardTracker:
         )
         self._running.clear()
         self._set(status=CardStatus.AWAITING_APPROVAL, approvals=shown)
+
+    def children(self, records: Sequence[ChildRecord], *, waiting: bool = False) -> None:
+        """The analysis's sub-agents and their states; `waiting`: it waits for them now."""
+        shown = tuple(
+            CardChild(child_id=r.child_id, task=r.task, state=r.state.value) for r in records
+        )
+        changes: dict[str, object] = {"children": shown}
+        if waiting:
+            self._running.clear()
+            changes["status"] = CardStatus.DISPATCHED
+        self._set(**changes)
 
     def stopping(self, by: str) -> None:
         """A stop was accepted: say who, and how many calls it still waits for."""

@@ -29,7 +29,7 @@ _STATUS_OF = {
 }
 
 
-_HANDED_ON = frozenset({SettleReason.DRAINED, SettleReason.AWAITING})
+_HANDED_ON = frozenset({SettleReason.DRAINED, SettleReason.AWAITING, SettleReason.DISPATCHED})
 """Settle reasons after which the analysis continues in another job."""
 
 

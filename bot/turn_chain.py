@@ -36,13 +36,16 @@ from agent_core import (
 )
 from agent_core.interrupts import Signal, TurnSignals, checkpoint
 from agent_core.loop import TurnRequest
-from bot.events import ChatEvent
+from agent_core.tools.base import Risk
+from agent_core.tools.subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH
+from bot.events import ChatEvent, Platform
 from bot.followups import Followups
 from bot.keys import BotKeys
 from bot.lease import Lease, LeaseLost
 from bot.progress import CardTracker
 from bot.queue import TurnJob
 from bot.settle import Settled, SettleWriter, verdict_of
+from bot.subagent_desk import SubagentDesk
 from cards.model import CardStatus, ProgressCard
 
 __all__ = ["Chain", "TurnChain"]
@@ -85,6 +88,7 @@ class TurnChain:
         followups: Followups,
         remedy_rungs: int,
         max_turns: int,
+        subagents: SubagentDesk,
     ) -> None:
         self._runtime = runtime
         self._keys = keys
@@ -94,6 +98,8 @@ class TurnChain:
         self._max_turns = max_turns
         self._live: dict[str, TurnSignals] = {}
         self._approvals = runtime.approvals
+        self._subagents = subagents
+        self._registry = subagents.registry
         self._draining = False
 
     def drain(self) -> None:
@@ -106,7 +112,11 @@ class TurnChain:
         """Run turns until the analysis ends; the final card, or None to leave it live."""
         session = chain.job.session_id
         task = [] if chain.job.resumed else [_task(chain.job.event)]
+        if not chain.job.resumed:
+            await self._registry.forget_stop(session)  # a new analysis: its tree may grow
         inputs = [*task, *await self._followups.take_inbox(session)]
+        if children := await self._registry.children(session):
+            chain.tracker.children(children)
         while True:
             checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
             chain.turns += 1
@@ -123,8 +133,13 @@ class TurnChain:
             if isinstance(outcome.result, Awaiting) and outcome.result.approvals:
                 await self._await_approvals(chain, outcome, outcome.result.approvals)
                 return None  # the card asks for decisions; the worker is free meanwhile
+            if isinstance(outcome.result, Dispatched | Awaiting):
+                await self._wait_for_others(chain, outcome)
+                return None  # children work (or the parent answers); the worker is free
             if follow_up is None:
                 await self.settle_or_lose(outcome, chain.lease)
+                if isinstance(outcome.result, Stopped | Cancelled | Failed):
+                    await self._stop_children(chain, outcome)
                 return self._final(chain, outcome)
             next_turn = f"{chain.job.turn_id}.{chain.turns}"
             chain.opened.append(next_turn)
@@ -160,9 +175,10 @@ class TurnChain:
             inputs=tuple(inputs),
             fence=Fence(self._keys.live_turn(session), chain.lease.token),
             requester=chain.job.event.author,
-            tools=None if chain.job.event.tools is None else frozenset(chain.job.event.tools),
+            tools=self._tools_of(chain.job.event),
         )
         signals = self._runtime.signals_for(request)
+        self._subagents.running(session, chain.job.event)
         signals.on_stop = chain.tracker.stopping
         signals.on_steer = chain.tracker.redirect_received
         if self._draining:
@@ -172,6 +188,23 @@ class TurnChain:
             return await self._runtime.run(request, signals, sink=chain.tracker.sink)
         finally:
             self._live.pop(chain.job.session_id, None)
+            self._subagents.done(session)
+
+    def _tools_of(self, event: ChatEvent) -> frozenset[str]:
+        """The tools a turn of `event`'s analysis offers.
+
+        A sub-agent investigates: read-only tools and `ask_parent`, no children of its own. An
+        analysis in a thread may dispatch and answer, never ask. A scheduled job narrows the
+        set further.
+        """
+        tools = self._runtime.toolset
+        if event.platform is Platform.SUBAGENT:
+            names = {t.name for t in tools if t.risk is Risk.READ_ONLY} - {DISPATCH, ANSWER_CHILD}
+        else:
+            names = {t.name for t in tools} - {ASK_PARENT}
+        if event.tools is not None:
+            names &= set(event.tools) | {DISPATCH, ANSWER_CHILD}
+        return frozenset(names)
 
     async def _next_inputs(self, chain: Chain, outcome: RunOutcome) -> list[UserMessage] | None:
         """The inputs of a follow-up turn, or None when the analysis ends here."""
@@ -207,6 +240,38 @@ class TurnChain:
                 return None  # resumed by another worker, on this very card
             case Dispatched() | Awaiting() | Steered():
                 return tracker.final(CardStatus.ANSWERED, answer=outcome.reason.value)
+
+    async def _wait_for_others(self, chain: Chain, outcome: RunOutcome) -> None:
+        """Park the continuation of a turn that ended to wait.
+
+        A parent waits for the children it dispatched, a child for its parent's answer; the
+        last report, or the answer, queues the continuation.
+        """
+        event, session = chain.job.event, chain.job.session_id
+        next_turn = f"{chain.job.turn_id}.{chain.turns}"
+        job = TurnJob(turn_id=next_turn, session_id=session, event=event, resumed=True)
+        if event.platform is Platform.SUBAGENT:
+            registry_of, waiting_for = event.workspace, event.thread
+        else:
+            registry_of, waiting_for = session, "children"
+        parked = await self._registry.park(
+            job, chain.lease.token, chain.turn_id, registry_of, waiting_for
+        )
+        if not parked:
+            raise LeaseLost(f"parking {next_turn} fenced (token {chain.lease.token} is stale)")
+        await self.settle_or_lose(outcome, chain.lease)
+        if waiting_for == "children":
+            chain.tracker.children(await self._registry.children(session), waiting=True)
+        log.info("turn %s waits (%s); %s continues", chain.turn_id, waiting_for, next_turn)
+
+    async def _stop_children(self, chain: Chain, outcome: RunOutcome) -> None:
+        """An analysis that ended stopped or failed stops its sub-agents.
+
+        A safety net: a stop at the ingress already did, but a kill switch or a failure did not.
+        """
+        by = getattr(outcome.result, "by", "") or "the parent analysis ending"
+        if await self._registry.children(chain.job.session_id):
+            await self._registry.stop_tree(chain.job.session_id, by)
 
     async def _await_approvals(
         self, chain: Chain, outcome: RunOutcome, call_ids: tuple[str, ...]

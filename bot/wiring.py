@@ -23,6 +23,7 @@ from agent_core.tools.http_probe import http_probe_tool
 from agent_core.tools.hygiene import guarded
 from agent_core.tools.prometheus import prometheus_tool
 from agent_core.tools.shell import CommandAllowlist, shell_tool
+from agent_core.tools.subagents import subagent_tools
 from bot.actor import Actor, ActorOptions
 from bot.errors import BotConfigError
 from bot.events import Platform
@@ -33,6 +34,8 @@ from bot.model import build_chat_model
 from bot.platform import ChatPlatform
 from bot.settings import Settings
 from bot.settle import Pricing, SettleWriter
+from bot.subagent_desk import SubagentCards, SubagentDesk
+from bot.subagents import SubagentRegistry
 from bot.worker import Worker, WorkerOptions
 
 __all__ = [
@@ -168,6 +171,8 @@ async def open_clients(
     platforms = platforms_from(settings, redis)
     for platform in platforms.values():
         stack.push_async_callback(platform.aclose)
+    # Sub-agents' analyses have no chat thread: their card is their registry record.
+    platforms[Platform.SUBAGENT] = SubagentCards(SubagentRegistry(redis))
     return redis, platforms
 
 
@@ -197,7 +202,11 @@ async def open_worker(
             failpoints = Failpoints.parse(settings.failpoints)
         except ValueError as exc:
             raise BotConfigError(f"CHATOPS_FAILPOINTS: {exc}") from exc
-        tools = [http_get_tool(HostAllowlist.parse(settings.http_allowlist), http)]
+        subagents = SubagentDesk(SubagentRegistry(redis, keys))
+        tools = [
+            http_get_tool(HostAllowlist.parse(settings.http_allowlist), http),
+            *subagent_tools(subagents),
+        ]
         if settings.http_allowlist.strip():
             # Its own client, keeping no idle connection: every probe opens a new one, so its
             # latency includes connect and TLS, and it reads a fresh handshake's certificate.
@@ -253,6 +262,7 @@ async def open_worker(
             platforms=platforms,
             options=actor_options,
             failpoints=failpoints,
+            subagents=subagents,
         )
         yield Worker(
             redis=redis,

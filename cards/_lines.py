@@ -18,6 +18,7 @@ from typing import TypeVar, assert_never
 from cards.limits import truncate
 from cards.model import (
     CardApproval,
+    CardChild,
     CardStatus,
     CardStep,
     Intervention,
@@ -52,6 +53,7 @@ STATUS_ICONS: Mapping[CardStatus, str] = MappingProxyType(
         CardStatus.WORKING: "🔎",
         CardStatus.STOPPING: "⏳",
         CardStatus.AWAITING_APPROVAL: "✋",
+        CardStatus.DISPATCHED: "🧩",
         CardStatus.ANSWERED: "✅",
         CardStatus.STOPPED: "⏹️",
         CardStatus.FAILED: "❌",
@@ -161,6 +163,15 @@ def _redirected(card: ProgressCard) -> str:
     return "Redirected — taking it at the next step…"
 
 
+def _waiting(card: ProgressCard) -> str:
+    if card.status is CardStatus.AWAITING_APPROVAL:
+        return (
+            f"Waiting for approval — {plural(len(card.approvals), 'call')} would change something"
+        )
+    done = sum(c.state in ("done", "failed", "cancelled") for c in card.children)
+    return f"Waiting for sub-agents — {done} of {len(card.children)} reported"
+
+
 def status_text(card: ProgressCard, escape: Escape) -> str:
     """How things stand, in words (`Stopping — by alice, waiting for 2 in-flight calls…`)."""
     match card.status:
@@ -174,9 +185,8 @@ def status_text(card: ProgressCard, escape: Escape) -> str:
             return "Investigating…"
         case CardStatus.STOPPING:
             return _stopping(card, escape)
-        case CardStatus.AWAITING_APPROVAL:
-            waiting = plural(len(card.approvals), "call")
-            return f"Waiting for approval — {waiting} would change something"
+        case CardStatus.AWAITING_APPROVAL | CardStatus.DISPATCHED:
+            return _waiting(card)
         case CardStatus.ANSWERED:
             return _answered(card, escape)
         case CardStatus.STOPPED:
@@ -203,6 +213,25 @@ def approval_line(approval: CardApproval, escape: Escape) -> str:
     tool = piece(approval.tool.replace("`", "'"), TOOL_CHARS, escape)
     args = piece(one_line(approval.args), ARGS_CHARS, escape)
     return f"✋ Needs approval ({kind}): `{tool}` {args}"
+
+
+CHILD_ICONS: Mapping[str, str] = MappingProxyType(
+    {
+        "pending": "🕒",
+        "running": "🔎",
+        "awaiting": "❓",
+        "done": "✅",
+        "failed": "❌",
+        "cancelled": "⏹️",
+    }
+)
+
+
+def child_line(child: CardChild, escape: Escape) -> str:
+    """`🔎 sub-1a2b3c4d5e · check the gateway · running`."""
+    icon = CHILD_ICONS.get(child.state, "•")
+    task = piece(one_line(child.task), ARGS_CHARS, escape)
+    return f"{icon} `{piece(child.child_id, TOOL_CHARS, escape)}` {task} · {child.state}"
 
 
 def step_line(step: CardStep, escape: Escape) -> str:

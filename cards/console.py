@@ -59,7 +59,10 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
         INTERVENTION_LINES,
         "intervention",
     )
-    for block in (steps, interventions):
+    children = _listed(
+        card.children, lambda child: _lines.child_line(child, _plain), STEP_LINES, "sub-agent"
+    )
+    for block in (steps, interventions, children):
         if block:
             lines.append("")
             lines.extend(line for text in block.split("\n") for line in _wrap(text, width, 1))

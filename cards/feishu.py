@@ -44,6 +44,7 @@ HEADER_TEMPLATES: Mapping[CardStatus, str] = MappingProxyType(
         CardStatus.WORKING: "blue",
         CardStatus.STOPPING: "orange",
         CardStatus.AWAITING_APPROVAL: "purple",
+        CardStatus.DISPATCHED: "indigo",
         CardStatus.ANSWERED: "green",
         CardStatus.STOPPED: "grey",
         CardStatus.FAILED: "red",
@@ -96,6 +97,15 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
     )
     if people:
         elements.append(_markdown(people))
+    children = _lines.tail(
+        card.children,
+        lambda child: _lines.child_line(child, escape_markdown),
+        max_lines=limits.step_lines,
+        fits=lambda text: len(text) <= limits.markdown_chars and within(text),
+        noun="sub-agent",
+    )
+    if children:
+        elements.append(_markdown(children))
     if card.status is CardStatus.ANSWERED:
         elements.extend(_answer(card.answer, limits))
     if card.status is CardStatus.AWAITING_APPROVAL:

@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "CardApproval",
+    "CardChild",
     "CardStatus",
     "CardStep",
     "Intervention",
@@ -34,6 +35,8 @@ class CardStatus(StrEnum):
     """A stop was accepted; in-flight calls are being answered "interrupted"."""
     AWAITING_APPROVAL = "awaiting_approval"
     """Calls that would change something wait for a person's decision (Approve/Deny)."""
+    DISPATCHED = "dispatched"
+    """Sub-agents work on parts of the analysis; it goes on when they report."""
     ANSWERED = "answered"
     """Final: the model gave its answer (possibly after being redirected)."""
     STOPPED = "stopped"
@@ -52,7 +55,13 @@ class CardStatus(StrEnum):
 
 
 _LIVE = frozenset(
-    {CardStatus.QUEUED, CardStatus.WORKING, CardStatus.STOPPING, CardStatus.AWAITING_APPROVAL}
+    {
+        CardStatus.QUEUED,
+        CardStatus.WORKING,
+        CardStatus.STOPPING,
+        CardStatus.AWAITING_APPROVAL,
+        CardStatus.DISPATCHED,
+    }
 )
 
 
@@ -89,6 +98,16 @@ class CardApproval:
     """`side_effect` or `destructive` (a destructive call needs a second person)."""
     value: str
     """What the Approve and Deny buttons carry back (the call and a digest of its arguments)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardChild:
+    """A sub-agent of the analysis, as the card lists it."""
+
+    child_id: str
+    task: str
+    state: str
+    """`pending`, `running`, `awaiting`, `done`, `failed` or `cancelled`."""
 
 
 class InterventionKind(StrEnum):
@@ -135,6 +154,8 @@ class ProgressCard:
     """The worker running the analysis is shutting down; another one continues it."""
     approvals: tuple[CardApproval, ...] = ()
     """While awaiting approval: the waiting calls."""
+    children: tuple[CardChild, ...] = ()
+    """The sub-agents the analysis dispatched, with their states."""
     redirect_pending: bool = False
     """Someone redirected the analysis; it takes the redirect at its next cut, once the calls
     still running have answered."""
@@ -183,6 +204,7 @@ class ProgressCard:
                 for i in data.pop("interventions")
             )
             approvals = tuple(CardApproval(**a) for a in data.pop("approvals", ()))
+            children = tuple(CardChild(**c) for c in data.pop("children", ()))
             status = CardStatus(data.pop("status"))
             return cls(
                 **data,
@@ -190,6 +212,7 @@ class ProgressCard:
                 steps=steps,
                 interventions=interventions,
                 approvals=approvals,
+                children=children,
             )
         except (TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"not a progress card: {exc}") from exc

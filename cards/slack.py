@@ -72,6 +72,15 @@ def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]
     )
     if people:
         blocks.append(_context(people, limits))
+    children = _lines.tail(
+        card.children,
+        lambda child: _lines.child_line(child, escape_mrkdwn),
+        max_lines=limits.step_lines,
+        fits=lambda text: len(text) <= limits.section_text,
+        noun="sub-agent",
+    )
+    if children:
+        blocks.append(_section(children, limits.section_text))
     if card.status is CardStatus.ANSWERED:
         blocks.extend(_answer(card.answer, limits))
     if card.status is CardStatus.AWAITING_APPROVAL:

@@ -44,8 +44,8 @@ async def test_secrets_are_redacted_framed_and_injected_calls_run_nothing(
     assert "ignore previous instructions" in content  # shown as data, not dropped
 
     # A1: only read-only tools are offered; the injected call answers "unknown", runs nothing.
-    offered = [t["function"]["name"] for t in fake_llm.requests[0].tools or []]
-    assert offered == ["http_get", "http_probe"]
+    offered = {t["function"]["name"] for t in fake_llm.requests[0].tools or []}
+    assert offered == {"http_get", "http_probe", "dispatch_subagent", "answer_child"}
     refused = fake_llm.requests[2].messages[-1]
     assert refused["role"] == "tool"
     assert refused["content"].startswith("error: unknown tool 'delete_everything'")

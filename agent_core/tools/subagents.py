@@ -1,0 +1,130 @@
+"""The sub-agent tools: `dispatch_subagent`, `ask_parent`, `answer_child`.
+
+The runtime knows nothing of queues or registries: a `SubagentPort` (implemented by the bot)
+creates children, carries questions and answers. The tools raise the turn's signals: a dispatch
+ends the parent's turn at its next cut (`dispatched`, the parent resumes when its children
+report), a question ends the child's turn (`awaiting`, it resumes with the answer). Neither
+busy-waits: a model never polls for its children.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from agent_core.errors import ToolFailed
+from agent_core.tools.base import Interruptibility, Risk, Tool, ToolContext
+
+__all__ = [
+    "ANSWER_CHILD",
+    "ASK_PARENT",
+    "DISPATCH",
+    "SubagentPort",
+    "subagent_tools",
+]
+
+DISPATCH = "dispatch_subagent"
+ASK_PARENT = "ask_parent"
+ANSWER_CHILD = "answer_child"
+
+
+class SubagentPort(Protocol):
+    """What the sub-agent tools need from the deployment."""
+
+    async def dispatch(self, ctx: ToolContext, task: str) -> str:
+        """Create a child for `task` in the caller's session; its id.
+
+        Raises:
+            ToolFailed: No child can be created (the analysis was stopped, say).
+        """
+        ...
+
+    async def ask(self, ctx: ToolContext, question: str) -> None:
+        """Send the caller's (a child's) question to its parent.
+
+        Raises:
+            ToolFailed: The caller is not a sub-agent.
+        """
+        ...
+
+    async def answer(self, ctx: ToolContext, child_id: str, answer: str) -> None:
+        """Answer the question of the caller's child `child_id`.
+
+        Raises:
+            ToolFailed: No such child waits for an answer.
+        """
+        ...
+
+
+def _text(args: Mapping[str, Any], name: str) -> str:
+    value = str(args[name]).strip()
+    if not value:
+        raise ToolFailed(f"{name} must not be empty")
+    return value
+
+
+def subagent_tools(port: SubagentPort) -> list[Tool]:
+    """The three tools, bound to `port`.
+
+    They run to their end once started (a half-made dispatch would be worse than a whole one)
+    and are never retried (a second dispatch is a second child).
+    """
+
+    async def dispatch(args: Mapping[str, Any], ctx: ToolContext) -> str:
+        child = await port.dispatch(ctx, _text(args, "task"))
+        ctx.raise_dispatch()
+        return (
+            f"dispatched sub-agent {child}. Its report arrives as a message when it is done; "
+            "do not wait for it with other tools."
+        )
+
+    async def ask(args: Mapping[str, Any], ctx: ToolContext) -> str:
+        await port.ask(ctx, _text(args, "question"))
+        ctx.raise_await()
+        return "question sent to the parent analysis; its answer arrives as a message"
+
+    async def answer(args: Mapping[str, Any], ctx: ToolContext) -> str:
+        child = _text(args, "child_id")
+        await port.answer(ctx, child, _text(args, "answer"))
+        return f"answer sent to sub-agent {child}"
+
+    def tool(name: str, description: str, fields: Mapping[str, str], handler: Any) -> Tool:
+        return Tool(
+            name=name,
+            description=description,
+            parameters={
+                "type": "object",
+                "properties": {f: {"type": "string", "description": d} for f, d in fields.items()},
+                "required": list(fields),
+                "additionalProperties": False,
+            },
+            handler=handler,
+            risk=Risk.READ_ONLY,
+            idempotent=False,
+            interruptibility=Interruptibility.MUST_COMPLETE,
+            timeout_s=10.0,
+        )
+
+    return [
+        tool(
+            DISPATCH,
+            "Hand one part of the investigation to a sub-agent that runs in parallel (call it "
+            "once per part, in one response). Your turn ends after this response; the reports "
+            "come back to you as messages.",
+            {"task": "What the sub-agent should find out, self-contained."},
+            dispatch,
+        ),
+        tool(
+            ASK_PARENT,
+            "As a sub-agent: ask the analysis that dispatched you a question you cannot answer "
+            "yourself. Your turn ends; the answer comes back as a message.",
+            {"question": "The question, self-contained."},
+            ask,
+        ),
+        tool(
+            ANSWER_CHILD,
+            "Answer the question a sub-agent asked you (its id is in its message).",
+            {"child_id": "The sub-agent's id (sub-…).", "answer": "Your answer."},
+            answer,
+        ),
+    ]
