@@ -79,7 +79,7 @@ class Ingress:
         switch_desk = KillSwitchDesk(
             KillSwitch(self.redis, self.queue.keys), self.settings.admin_ids
         )
-        self.intake = Intake(self.queue, desk, switch_desk)
+        self.intake = Intake(self.queue, desk, switch_desk, self.redis)
 
     async def forget_nonce(self, nonce: str) -> None:
         """Drop a recorded nonce (best effort: Redis just failed us once already)."""

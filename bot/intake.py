@@ -15,13 +15,17 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+import redis.asyncio as aioredis
+
 from agent_core.errors import StoreError
+from agent_core.store import map_redis_errors
 from bot.approval_desk import ApprovalDesk, Press
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent, EventKind
 from bot.killswitch import KillSwitchDesk, SwitchAnswer
 from bot.queue import Queue, Route
 from bot.routing import route_event
+from bot.subagents import SubagentRegistry
 
 __all__ = ["FORGET_TIMEOUT_S", "Intake", "Taken"]
 
@@ -50,8 +54,15 @@ def _is_press(event: ChatEvent) -> bool:
 class Intake:
     """Routes events and carries out the presses and commands among them."""
 
-    def __init__(self, queue: Queue, desk: ApprovalDesk, switch_desk: KillSwitchDesk) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        desk: ApprovalDesk,
+        switch_desk: KillSwitchDesk,
+        redis: aioredis.Redis,
+    ) -> None:
         self.queue = queue
+        self._redis = redis
         self._desk = desk
         self._switch_desk = switch_desk
 
@@ -62,6 +73,8 @@ class Intake:
             QueueUnavailable, StoreError: Redis could not take it (the platform should retry).
         """
         outcome = await route_event(self.queue, event)
+        if outcome == Route.STOP.value:
+            await self._stop_tree(event)
         try:
             if outcome == Route.APPROVE.value or (outcome == "duplicate" and _is_press(event)):
                 return Taken(outcome, press=await self._desk.press(event))
@@ -72,6 +85,19 @@ class Intake:
                 await asyncio.shield(self._forget(event))
             raise
         return Taken(outcome)
+
+    async def _stop_tree(self, event: ChatEvent) -> None:
+        """A stop reaches the analysis's sub-agents at once.
+
+        Their parent's own end stops them too, but only once a worker runs it.
+        """
+        keys, session = self.queue.keys, event.session_id
+        with map_redis_errors("read sub-agent parents"):
+            is_parent = await self._redis.sismember(keys.parents, session)
+        if is_parent:
+            await SubagentRegistry(self._redis, keys).stop_tree(
+                session, event.author_name or event.author
+            )
 
     async def submit(self, event: ChatEvent) -> str:
         """`take`, for a transport that only needs the routing outcome."""

@@ -34,6 +34,7 @@ from bot.control_commands import KILL_SWITCH_INTENTS, ControlIntent, parse_contr
 from bot.events import ChatEvent
 from bot.keys import BotKeys
 from bot.steer_policy import Action, Role, may
+from bot.subagents import SubagentRegistry
 
 __all__ = ["KillSwitch", "KillSwitchDesk", "SwitchAnswer", "SwitchOutcome", "SwitchState"]
 
@@ -103,6 +104,12 @@ class KillSwitch:
             await self._control.stop(session, turn, by=stopper)
             stopped.append(f"{session}/{turn}")
         stopped += await self._stop_awaiting(stopper)
+        with map_redis_errors("read sub-agent parents"):
+            parents: Any = await self._redis.smembers(self._keys.parents)
+        registry = SubagentRegistry(self._redis, self._keys)
+        for raw in parents:  # children parked or queued hold no lease: stop their trees too
+            parent = raw.decode() if isinstance(raw, bytes) else str(raw)
+            stopped += [f"{parent}/{c}" for c in await registry.stop_tree(parent, stopper)]
         return stopped
 
     async def _stop_awaiting(self, stopper: str) -> list[str]:

@@ -3,8 +3,8 @@
 A parent turn's `dispatch_subagent` call creates a child: its own session and analysis, run by
 any worker as an ordinary job whose "card" is its record here (`SubagentCards`: no chat
 message). The parent's turn ends at its next cut (`dispatched`) and its continuation is parked;
-children report when they end, and the report that finishes the dispatch (no child of it still
-pending or running) queues the parent's continuation, which reads every report from its inbox.
+children report when they end, and the report after which none of its children is pending or
+running queues the parent's continuation, which reads every report from its inbox.
 A report never steers or cuts a running parent turn: it waits in the inbox.
 
 A child's `ask_parent` ends its turn (`awaiting`); the question goes to the parent's inbox and
@@ -111,7 +111,7 @@ return 1
 
 # Moves one child to a new state, unless it is final already (or the tree was stopped, for
 # anything but `cancelled`). A final state reports to the parent: a note in its inbox, and the
-# parent's parked continuation queued once no child of the same dispatch is pending or running.
+# parent's parked continuation queued once none of its children is pending or running.
 # An `awaiting` child's question also goes to the inbox and wakes the parent.
 # KEYS: registry, tree-stopped marker, parent inbox, parent parked job, turns stream.
 # ARGV: child id, new state, report, question, now, inbox note ('' for none).
@@ -135,10 +135,7 @@ if final[c['state']] then
   wake = true
   for _, value in ipairs(redis.call('HVALS', KEYS[1])) do
     local other = cjson.decode(value)
-    if other['parent_turn'] == c['parent_turn']
-      and (other['state'] == 'pending' or other['state'] == 'running') then
-      wake = false
-    end
+    if other['state'] == 'pending' or other['state'] == 'running' then wake = false end
   end
 end
 if wake then
@@ -170,9 +167,7 @@ local waiting = false
 for _, value in ipairs(redis.call('HVALS', KEYS[5])) do
   local c = cjson.decode(value)
   if ARGV[6] == 'children' then
-    if c['parent_turn'] == ARGV[5] and (c['state'] == 'pending' or c['state'] == 'running') then
-      waiting = true
-    end
+    if c['state'] == 'pending' or c['state'] == 'running' then waiting = true end
   elseif c['child_id'] == ARGV[6] and c['state'] == 'awaiting' then
     waiting = true
   end

@@ -306,9 +306,8 @@ async def test_an_admins_kill_switch_command_over_the_socket_is_carried_out(
     # What `chatops serve` wires: the socket takes events in like the webhook (bot.intake).
     queue = Queue(redis_client)
     switch = KillSwitch(redis_client)
-    intake = Intake(
-        queue, ApprovalDesk(redis_client, KEYS), KillSwitchDesk(switch, admins=["U0ADMIN"])
-    )
+    switch_desk = KillSwitchDesk(switch, admins=["U0ADMIN"])
+    intake = Intake(queue, ApprovalDesk(redis_client, KEYS), switch_desk, redis_client)
     receiver = SlackSocketReceiver(
         app_token=slack_socket.app_token,
         web_client=AsyncWebClient(base_url=slack_socket.base_url),

@@ -1,10 +1,10 @@
 """The sub-agent tools: `dispatch_subagent`, `ask_parent`, `answer_child`.
 
 The runtime knows nothing of queues or registries: a `SubagentPort` (implemented by the bot)
-creates children, carries questions and answers. The tools raise the turn's signals: a dispatch
-ends the parent's turn at its next cut (`dispatched`, the parent resumes when its children
-report), a question ends the child's turn (`awaiting`, it resumes with the answer). Neither
-busy-waits: a model never polls for its children.
+creates children, carries questions and answers. The tools raise the turn's signals: a dispatch,
+or an answer to a child, ends the parent's turn at its next cut (`dispatched`: the parent
+resumes when its children report); a question ends the child's turn (`awaiting`: it resumes
+with the answer). Nothing busy-waits: a model never polls for its children.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
     async def answer(args: Mapping[str, Any], ctx: ToolContext) -> str:
         child = _text(args, "child_id")
         await port.answer(ctx, child, _text(args, "answer"))
-        return f"answer sent to sub-agent {child}"
+        ctx.raise_dispatch()  # back to waiting for the children's reports
+        return f"answer sent to sub-agent {child}; its report arrives as a message"
 
     def tool(name: str, description: str, fields: Mapping[str, str], handler: Any) -> Tool:
         return Tool(
@@ -123,7 +124,8 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
         ),
         tool(
             ANSWER_CHILD,
-            "Answer the question a sub-agent asked you (its id is in its message).",
+            "Answer the question a sub-agent asked you (its id is in its message). Your turn "
+            "ends after this response; the sub-agents' reports come back as messages.",
             {"child_id": "The sub-agent's id (sub-…).", "answer": "Your answer."},
             answer,
         ),

@@ -1,0 +1,165 @@
+"""Sub-agents through the whole bot: dispatch, reports, a question, and the cascading stop.
+
+Why this way: the promises are about what the model is asked and what keeps running, so a
+signed Slack mention goes through the real ingress and a real worker (it runs the children too,
+in parallel), and the fake OpenAI provider plays every model: a responder reads each request's
+task and answers as the parent or as a child would. The provider refuses a broken history with
+OpenAI's own 400, so every 200 is also a valid history.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from bot.events import Platform, session_id_for
+from bot.subagents import ChildState, SubagentRegistry
+from tests.fakes import openai_provider as fp
+from tests.fakes import signing as sg
+from tests.inprocess_bot import Bot
+from tests.slack_view import card_text, cards_in, final_card, stop_buttons, updates_of
+
+PARENT_TASK = "why is checkout returning 500s?"
+PARTS = ("check the gateway", "check the database", "check the last deploy")
+
+
+def session_of(thread: str) -> str:
+    return session_id_for(Platform.SLACK, sg.SLACK_TEAM_ID, sg.SLACK_CHANNEL_ID, thread)
+
+
+def task_of(messages: list[dict[str, Any]]) -> str:
+    return next(str(m["content"]) for m in messages if m["role"] == "user")
+
+
+def said(messages: list[dict[str, Any]], text: str) -> bool:
+    return any(m["role"] == "user" and text in str(m["content"]) for m in messages)
+
+
+def parent_requests(fake_llm: fp.FakeProvider) -> list[fp.RecordedRequest]:
+    return [r for r in fake_llm.requests if PARENT_TASK in task_of(r.messages)]
+
+
+def child_requests(fake_llm: fp.FakeProvider) -> list[fp.RecordedRequest]:
+    return [r for r in fake_llm.requests if PARENT_TASK not in task_of(r.messages)]
+
+
+def fan_out(messages: list[dict[str, Any]]) -> fp.Reply:
+    """A parent that dispatches three parts, then sums up the reports; children that answer."""
+    task = task_of(messages)
+    if PARENT_TASK in task:
+        if said(messages, "Report from sub-agent"):
+            reports = sum(said(messages, f"task: {p})") for p in PARTS)
+            return fp.TextReply(f"All {reports} parts reported: the database is down.")
+        return fp.ToolCallsReply([fp.ToolCall("dispatch_subagent", {"task": p}) for p in PARTS])
+    return fp.TextReply(f"{task}: done, " + ("DOWN" if "database" in task else "ok"))
+
+
+async def start(bot: Bot, thread: str) -> None:
+    await bot.start_worker()
+    await bot.post(sg.slack_app_mention(ts=thread, text=f"<@{sg.SLACK_BOT_USER_ID}> {PARENT_TASK}"))
+
+
+async def test_a_parent_dispatches_three_children_and_resumes_on_their_reports(
+    bot, fake_llm, slack_api, redis_client
+) -> None:
+    fake_llm.respond_with(fan_out)
+    thread = sg.slack_ts()
+    await start(bot, thread)
+    await bot.worker.wait_finished(5)  # the parent's turn, three children, the continuation
+
+    parents = parent_requests(fake_llm)
+    assert len(parents) == 2  # no model request while the children ran: it did not poll
+    assert len(child_requests(fake_llm)) == 3
+    assert all(r.status == 200 for r in fake_llm.requests)
+    final = final_card(slack_api, thread)
+    assert "All 3 parts reported: the database is down." in card_text(final)
+    children = await SubagentRegistry(redis_client).children(session_of(thread))
+    assert sorted(c.task for c in children) == sorted(PARTS)
+    assert {c.state for c in children} == {ChildState.DONE}
+    assert all(c.child_id in card_text(final) for c in children)
+    # The reports reached the parent as messages, not as corrections that cut a turn.
+    resumed = parents[1].messages
+    assert sum("Report from sub-agent" in str(m["content"]) for m in resumed) == 3
+    assert len(cards_in(slack_api, thread)) == 1  # children post no card of their own
+
+
+def asks_the_parent(messages: list[dict[str, Any]]) -> fp.Reply:
+    """One child that asks which region to check, and a parent that answers it."""
+    task = task_of(messages)
+    if PARENT_TASK in task:
+        last = str(messages[-1]["content"])
+        if "asks:" in last and messages[-1]["role"] == "user":
+            child = re.search(r"Sub-agent (sub-\w+)", last)
+            assert child is not None
+            answer = {"child_id": child.group(1), "answer": "eu-west-1"}
+            return fp.ToolCallsReply([fp.ToolCall("answer_child", answer)])
+        if said(messages, "Report from sub-agent"):
+            return fp.TextReply("The gateway in eu-west-1 is fine.")
+        return fp.ToolCallsReply([fp.ToolCall("dispatch_subagent", {"task": PARTS[0]})])
+    if said(messages, "Answer to your question"):
+        return fp.TextReply("gateway healthy in eu-west-1")
+    return fp.ToolCallsReply([fp.ToolCall("ask_parent", {"question": "which region?"})])
+
+
+async def test_a_child_asks_its_parent_and_resumes_with_the_answer(
+    bot, fake_llm, slack_api, redis_client
+) -> None:
+    fake_llm.respond_with(asks_the_parent)
+    thread = sg.slack_ts()
+    await start(bot, thread)
+    # parent dispatches; child asks; parent answers; child resumes and reports; parent sums up.
+    await bot.worker.wait_finished(5)
+    assert len(parent_requests(fake_llm)) == 3  # dispatch, answer, sum up: never a poll
+    final = final_card(slack_api, thread)
+    assert "The gateway in eu-west-1 is fine." in card_text(final)
+    (child,) = await SubagentRegistry(redis_client).children(session_of(thread))
+    assert child.state is ChildState.DONE and "eu-west-1" in child.report
+    answered = [r for r in child_requests(fake_llm) if said(r.messages, "Answer to your")]
+    assert answered and "eu-west-1" in str(answered[0].messages[-1]["content"])
+    assert all(r.status == 200 for r in fake_llm.requests)
+
+
+def slow_children(slow_service: Any) -> Any:
+    def reply(messages: list[dict[str, Any]]) -> fp.Reply:
+        task = task_of(messages)
+        if PARENT_TASK in task:
+            return fp.ToolCallsReply(
+                [fp.ToolCall("dispatch_subagent", {"task": p}) for p in PARTS[:2]]
+            )
+        if messages[-1]["role"] == "tool":
+            return fp.TextReply("never sent")
+        path = "/hold/" + ("gw" if "gateway" in task else "db")
+        return fp.ToolCallsReply([fp.ToolCall("http_get", {"url": slow_service.url(path)})])
+
+    return reply
+
+
+async def test_stopping_the_parent_stops_every_child(
+    bot, fake_llm, slack_api, slow_service, redis_client
+) -> None:
+    fake_llm.respond_with(slow_children(slow_service))
+    thread = sg.slack_ts()
+    await start(bot, thread)
+    await slow_service.wait_for_hits(2)  # both children are inside their tool call
+    (posted,) = cards_in(slack_api, thread)
+    (button,) = stop_buttons(updates_of(slack_api, posted.response["ts"])[-1])
+    await bot.press(
+        sg.slack_block_actions(
+            action_id=button["action_id"],
+            value=button["value"],
+            message_ts=posted.response["ts"],
+            thread_ts=thread,
+        )
+    )
+    await bot.worker.wait_finished(4)  # the parent's turn, two children, the continuation
+
+    children = await SubagentRegistry(redis_client).children(session_of(thread))
+    assert {c.state for c in children} == {ChildState.CANCELLED}
+    for child in children:  # nothing of a child is left running or queued
+        assert not await redis_client.smembers(f"chatops:{{{child.session_id}}}:open-turns")
+        assert not await redis_client.exists(f"chatops:{{{child.session_id}}}:live")
+    assert len(child_requests(fake_llm)) == 2  # each child's first request; none after
+    assert len(parent_requests(fake_llm)) == 1
+    final = final_card(slack_api, thread)
+    assert "Stopped" in card_text(final) and not stop_buttons(final)
+    assert all(r.status == 200 for r in fake_llm.requests)
