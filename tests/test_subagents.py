@@ -10,7 +10,10 @@ OpenAI's own 400, so every 200 is also a valid history.
 from __future__ import annotations
 
 import re
+import signal
 from typing import Any
+
+import pytest
 
 from bot.events import Platform, session_id_for
 from bot.subagents import ChildState, SubagentRegistry
@@ -163,3 +166,52 @@ async def test_stopping_the_parent_stops_every_child(
     final = final_card(slack_api, thread)
     assert "Stopped" in card_text(final) and not stop_buttons(final)
     assert all(r.status == 200 for r in fake_llm.requests)
+
+
+def held_children(slow_service: Any) -> Any:
+    """Three children that each wait on a held page; a parent that sums up their reports."""
+
+    def reply(messages: list[dict[str, Any]]) -> fp.Reply:
+        task = task_of(messages)
+        if PARENT_TASK in task:
+            if said(messages, "Report from sub-agent"):
+                return fp.TextReply("Every part reported.")
+            calls = [fp.ToolCall("dispatch_subagent", {"task": p}) for p in PARTS]
+            return fp.ToolCallsReply(calls)
+        if messages[-1]["role"] == "tool":
+            return fp.TextReply(f"{task}: ok")
+        page = slow_service.url("/hold/" + task.rsplit(" ", 1)[-1])
+        return fp.ToolCallsReply([fp.ToolCall("http_get", {"url": page})])
+
+    return reply
+
+
+@pytest.mark.slow
+async def test_children_survive_the_death_of_the_worker_running_them(
+    deployment, fake_llm, slack_api, slow_service, redis_client
+) -> None:
+    fake_llm.respond_with(held_children(slow_service))
+    await deployment.start(workers=2)
+    thread = sg.slack_ts()
+    text = f"<@{sg.SLACK_BOT_USER_ID}> {PARENT_TASK}"
+    await deployment.slack(sg.slack_app_mention(ts=thread, text=text))
+    await slow_service.wait_for_hits(3)  # every child is inside its tool call
+    registry = SubagentRegistry(redis_client)
+    children = await registry.children(session_of(thread))
+    assert len(children) == 3
+    orphan = children[0]
+    doomed = await deployment.holder(orphan.session_id)
+    doomed.signal(signal.SIGKILL)
+    for part in PARTS:
+        slow_service.release(part.rsplit(" ", 1)[-1])
+
+    # The other worker takes the orphans over; the last report wakes the parent.
+    await deployment.released(session_of(thread), timeout_s=60)
+    assert "Every part reported." in card_text(final_card(slack_api, thread))
+    children = await registry.children(session_of(thread))
+    assert {c.state for c in children} == {ChildState.DONE}
+    assert len(parent_requests(fake_llm)) == 2  # it never polled, and ran once after reports
+    assert all(r.status == 200 for r in fake_llm.requests)
+    assert len(cards_in(slack_api, thread)) == 1
+    page = "/hold/" + orphan.task.rsplit(" ", 1)[-1]
+    assert [h.path for h in slow_service.hits].count(page) == 2  # read again by the new holder
