@@ -210,6 +210,61 @@ def killswitch(
 
 
 @app.command()
+def status(
+    session: str = typer.Argument(
+        ..., help="The analysis's session id, such as slack-3f9c0a1b2c3d4e5f6a7b."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (stable keys) instead."),
+) -> None:
+    """Show an analysis and its sub-agents as a tree, read from Redis.
+
+    The session's card status and title, then one line per sub-agent (id, state, task, and the
+    first line of its report or its pending question), each with its own sub-agents indented
+    below it. The session id (slack-…, feishu-…, console-…) is in the `session` field of every
+    entry of the settles book, in the card record's Redis key chatops:{SESSION}:card, and in
+    the reaper's log lines. Needs REDIS_URL. Exit status 1 when Redis knows no such session.
+    """
+    import asyncio
+    import json
+
+    from rich.console import Console
+
+    from agent_core import StoreError
+    from bot.settings import Settings
+    from bot.status import SessionStatus, read_status, render_tree, status_json
+
+    redis_url = Settings().redis_url
+    if not redis_url:
+        typer.echo("chatops status: REDIS_URL is not set", err=True)
+        raise typer.Exit(2)
+
+    async def main() -> SessionStatus | None:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            return await read_status(client, session)
+        finally:
+            await client.aclose()
+
+    try:
+        tree = asyncio.run(main())
+    except StoreError as exc:
+        typer.echo(f"chatops status: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if tree is None:
+        typer.echo(f"chatops status: no session {session!r} in Redis", err=True)
+        raise typer.Exit(1)
+    if as_json:
+        typer.echo(json.dumps(status_json(tree), indent=2, ensure_ascii=False))
+        return
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        out.width = 10_000  # piped or redirected: whole lines, for grep
+    out.print(render_tree(tree))
+
+
+@app.command()
 def console(
     ingress_url: str | None = typer.Option(
         None,
