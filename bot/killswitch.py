@@ -103,27 +103,27 @@ class KillSwitch:
         for session, turn in await self._live_turns():
             await self._control.stop(session, turn, by=stopper)
             stopped.append(f"{session}/{turn}")
-        stopped += await self._stop_awaiting(stopper)
         with map_redis_errors("read sub-agent parents"):
             parents: Any = await self._redis.smembers(self._keys.parents)
         registry = SubagentRegistry(self._redis, self._keys)
         for raw in parents:  # children parked or queued hold no lease: stop their trees too
             parent = raw.decode() if isinstance(raw, bytes) else str(raw)
             stopped += [f"{parent}/{c}" for c in await registry.stop_tree(parent, stopper)]
+        stopped += await self._stop_awaiting(stopper, [_text(p) for p in parents])
         return stopped
 
-    async def _stop_awaiting(self, stopper: str) -> list[str]:
-        """Stop every analysis waiting for approvals: they hold no lease, so no live turn.
+    async def _stop_awaiting(self, stopper: str, parents: list[str]) -> list[str]:
+        """Stop every analysis that waits, holding no lease, so no live turn to stop.
 
-        Its continuation is tombstoned and queued, as a Stop press does; it runs once the
-        switch is off, answers the waiting calls "interrupted" and ends the card "Stopped".
+        Those waiting for approvals, and `parents` (waiting for their sub-agents): the
+        continuation is tombstoned and queued, as a Stop press does; it runs once the switch
+        is off, answers any waiting call "interrupted" and ends the card "Stopped".
         """
         k = self._keys
         with map_redis_errors("read waiting analyses"):
-            sessions: Any = await self._redis.zrange(k.session.approvals_due, 0, -1)
+            due: Any = await self._redis.zrange(k.session.approvals_due, 0, -1)
         stopped = []
-        for raw in sessions:
-            session = raw.decode() if isinstance(raw, bytes) else str(raw)
+        for session in dict.fromkeys([*map(_text, due), *parents]):
             keys = [
                 k.open_turns(session),
                 k.awaiting(session),
@@ -229,3 +229,7 @@ def _describe(state: SwitchState) -> str:
         return "Kill switch off."
     since = datetime.fromtimestamp(state.since, UTC).isoformat(timespec="seconds")
     return f"Kill switch on since {since} by {state.by}."
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from bot.events import Platform, session_id_for
+from bot.killswitch import KillSwitch
 from bot.subagents import ChildState, SubagentRegistry
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
@@ -215,3 +216,56 @@ async def test_children_survive_the_death_of_the_worker_running_them(
     assert len(cards_in(slack_api, thread)) == 1
     page = "/hold/" + orphan.task.rsplit(" ", 1)[-1]
     assert [h.path for h in slow_service.hits].count(page) == 2  # read again by the new holder
+
+
+def asks_then_parent_busy(slow_service: Any) -> Any:
+    """A child that asks; a parent that, woken by the question, reads a held page first."""
+
+    def reply(messages: list[dict[str, Any]]) -> fp.Reply:
+        task = task_of(messages)
+        if PARENT_TASK in task:
+            if said(messages, "asks:"):
+                page = slow_service.url("/hold/parent")
+                return fp.ToolCallsReply([fp.ToolCall("http_get", {"url": page})])
+            return fp.ToolCallsReply([fp.ToolCall("dispatch_subagent", {"task": PARTS[0]})])
+        if said(messages, "Answer to your question"):
+            return fp.TextReply("never sent: the parent was stopped")
+        return fp.ToolCallsReply([fp.ToolCall("ask_parent", {"question": "which region?"})])
+
+    return reply
+
+
+async def test_a_child_waiting_on_a_stopped_parent_ends_without_another_request(
+    bot, fake_llm, slack_api, slow_service, redis_client
+) -> None:
+    fake_llm.respond_with(asks_then_parent_busy(slow_service))
+    thread = sg.slack_ts()
+    await start(bot, thread)
+    await slow_service.wait_for_hits(1)  # the parent, woken by the question, is busy
+    await bot.post(sg.slack_message(text="stop", thread_ts=thread))
+    await bot.worker.wait_finished(4)  # parent, child, parent again, the child's continuation
+
+    (child,) = await SubagentRegistry(redis_client).children(session_of(thread))
+    assert child.state is ChildState.CANCELLED
+    assert len(child_requests(fake_llm)) == 1  # it asked, and never ran the model again
+    assert not await redis_client.smembers(f"chatops:{{{child.session_id}}}:open-turns")
+    assert "Stopped" in card_text(final_card(slack_api, thread))
+    assert all(r.status == 200 for r in fake_llm.requests)
+
+
+async def test_the_kill_switch_stops_a_tree_whose_parent_waits(
+    bot, fake_llm, slack_api, slow_service, redis_client
+) -> None:
+    fake_llm.respond_with(slow_children(slow_service))
+    thread = sg.slack_ts()
+    await start(bot, thread)
+    await slow_service.wait_for_hits(2)  # the parent waits (no lease); both children run
+    switch = KillSwitch(redis_client)
+    await switch.engage("oncall-lead")
+    await bot.worker.wait_finished(3)  # the parent's turn and both children
+    children = await SubagentRegistry(redis_client).children(session_of(thread))
+    assert {c.state for c in children} == {ChildState.CANCELLED}
+    await switch.release()  # the parent's continuation, queued and tombstoned, ends the card
+    await bot.worker.wait_finished(4)
+    assert "Stopped by the kill switch (oncall-lead)" in card_text(final_card(slack_api, thread))
+    assert len(parent_requests(fake_llm)) == 1 and len(child_requests(fake_llm)) == 2
