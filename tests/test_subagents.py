@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from bot.events import Platform, session_id_for
+from bot.keys import BotKeys
 from bot.killswitch import KillSwitch
+from bot.settle import SettleWriter
 from bot.subagents import ChildState, SubagentRegistry
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
@@ -269,3 +271,34 @@ async def test_the_kill_switch_stops_a_tree_whose_parent_waits(
     await bot.worker.wait_finished(4)
     assert "Stopped by the kill switch (oncall-lead)" in card_text(final_card(slack_api, thread))
     assert len(parent_requests(fake_llm)) == 1 and len(child_requests(fake_llm)) == 2
+
+
+@pytest.mark.slow
+async def test_a_drained_worker_hands_its_children_over_and_the_tree_stays_whole(
+    deployment, fake_llm, slack_api, slow_service, redis_client
+) -> None:
+    fake_llm.respond_with(held_children(slow_service))
+    await deployment.start(workers=2)
+    thread = sg.slack_ts()
+    text = f"<@{sg.SLACK_BOT_USER_ID}> {PARENT_TASK}"
+    await deployment.slack(sg.slack_app_mention(ts=thread, text=text))
+    await slow_service.wait_for_hits(3)
+    registry = SubagentRegistry(redis_client)
+    handed = (await registry.children(session_of(thread)))[0]
+    draining = await deployment.holder(handed.session_id)
+    draining.signal(signal.SIGTERM)  # drains: each child it runs is sealed at its next cut
+    for part in PARTS:
+        slow_service.release(part.rsplit(" ", 1)[-1])
+
+    await deployment.released(session_of(thread), timeout_s=60)
+    assert "Every part reported." in card_text(final_card(slack_api, thread))
+    children = await registry.children(session_of(thread))
+    assert {c.state for c in children} == {ChildState.DONE}
+    sealed = await SettleWriter(redis_client, BotKeys()).record(
+        handed.session_id, f"turn-{handed.child_id}"
+    )
+    assert sealed is not None and sealed.reason.value == "drained"  # continued elsewhere
+    page = "/hold/" + handed.task.rsplit(" ", 1)[-1]
+    assert [h.path for h in slow_service.hits].count(page) == 1  # finished, never run again
+    assert len(parent_requests(fake_llm)) == 2
+    assert all(r.status == 200 for r in fake_llm.requests)
