@@ -138,8 +138,7 @@ class TurnChain:
                 return None  # children work (or the parent answers); the worker is free
             if follow_up is None:
                 await self.settle_or_lose(outcome, chain.lease)
-                if isinstance(outcome.result, Stopped | Cancelled | Failed):
-                    await self._stop_children(chain, outcome)
+                await self._stop_children(chain, outcome)
                 return self._final(chain, outcome)
             next_turn = f"{chain.job.turn_id}.{chain.turns}"
             chain.opened.append(next_turn)
@@ -265,12 +264,14 @@ class TurnChain:
         log.info("turn %s waits (%s); %s continues", chain.turn_id, waiting_for, next_turn)
 
     async def _stop_children(self, chain: Chain, outcome: RunOutcome) -> None:
-        """An analysis that ended stopped or failed stops its sub-agents.
+        """An analysis that ended stops the sub-agents it still has: nobody would read them.
 
-        A safety net: a stop at the ingress already did, but a kill switch or a failure did not.
+        A stop at the ingress already did; a kill switch, a failure, or an answer given while
+        a child still ran (or waited for an answer) did not.
         """
         by = getattr(outcome.result, "by", "") or "the parent analysis ending"
-        if await self._registry.children(chain.job.session_id):
+        children = await self._registry.children(chain.job.session_id)
+        if any(not c.state.is_final for c in children):
             await self._registry.stop_tree(chain.job.session_id, by)
 
     async def _await_approvals(
