@@ -148,8 +148,8 @@ end
 return {1, c['state']}
 """
 
-# KEYS: the parent's lease, open turns, the suspended turn's tombstone, the continuation's
-# tombstone, registry, parked job, turns stream, parked marker, steer queue.
+# KEYS: the session's lease, open turns, the suspended turn's tombstone, the continuation's
+# tombstone, registry, parked job, turns stream, parked marker, steer queue, inbox.
 # ARGV: fencing token, continuation turn, ttl, job, the turn that ended, what it waits for
 # (`children`: the dispatch's children; a child id: that child's answer).
 # Parks the continuation of a turn that ended to wait (dispatched, or a child that asked), once
@@ -163,15 +163,19 @@ redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 local stop = redis.call('GET', KEYS[3])
 if stop then redis.call('SET', KEYS[4], stop, 'EX', ARGV[3]) end
-local waiting = false
+local waiting, asked = false, false
 for _, value in ipairs(redis.call('HVALS', KEYS[5])) do
   local c = cjson.decode(value)
   if ARGV[6] == 'children' then
     if c['state'] == 'pending' or c['state'] == 'running' then waiting = true end
+    if c['state'] == 'awaiting' then asked = true end
   elseif c['child_id'] == ARGV[6] and c['state'] == 'awaiting' then
     waiting = true
   end
 end
+-- A question asked while the parent still ran found nothing parked to wake: unread in the
+-- inbox, it wakes the parent now rather than after every sibling reported.
+if asked and redis.call('LLEN', KEYS[10]) > 0 then waiting = false end
 if stop or not waiting or redis.call('LLEN', KEYS[9]) > 0 then
   redis.call('XADD', KEYS[7], '*', 'job', ARGV[4])
   return 2
@@ -319,6 +323,7 @@ class SubagentRegistry:
                         k.turns_stream,
                         k.parked(session, suspended_turn),
                         k.session.steers(session),
+                        k.inbox(session),
                     ],
                     args=[
                         token,
