@@ -155,8 +155,7 @@ async def _execute(
             return _answer(
                 call, "error: not run: this call needs a person's approval", ToolStatus.ERROR
             )
-        diag.tool_calls_started += 1
-        diag.note("tool_start", call.id)
+        diag.tool_started(call.id)
         output = await _call_with_retries(call, tool, args, ctx, signals, diag)
     except ToolFailed as exc:
         return _answer(call, f"error: {exc}", ToolStatus.ERROR)
@@ -222,5 +221,7 @@ async def run_batch(
         for _ in calls:
             result = await done.get()
             results[result.call_id] = result
+            offered = toolset.get(result.name) is not None
+            diag.tool_answered(result.call_id, result.name if offered else "", result.status)
             await on_result(result)
     return [results[call.id] for call in calls]

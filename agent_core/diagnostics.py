@@ -19,9 +19,17 @@ from pydantic import BaseModel, ConfigDict
 
 from agent_core.interrupts import Signal
 from agent_core.llm.client import Usage
+from agent_core.messages import ToolStatus
 from agent_core.outcome import Completed, Failed, RunResult, SettleReason, settle_reason
 
-__all__ = ["ProbePoint", "RunDiagnostics", "RunOutcome", "SettleRecord", "TraceEntry"]
+__all__ = [
+    "ProbePoint",
+    "RunDiagnostics",
+    "RunOutcome",
+    "SettleRecord",
+    "ToolRun",
+    "TraceEntry",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +55,20 @@ class TraceEntry:
     at: float = field(default_factory=time.monotonic)
 
 
+@dataclass(frozen=True, slots=True)
+class ToolRun:
+    """One call the batch runner answered: which tool, how it ended, and when."""
+
+    call_id: str
+    tool: str
+    """The tool's name; empty when the model named a tool the turn does not offer."""
+    status: ToolStatus
+    started_at: float | None
+    """When its handler started (`time.monotonic`); None when it was answered without running
+    (unknown tool, bad arguments, not run after a stop)."""
+    ended_at: float
+
+
 @dataclass(eq=False)
 class RunDiagnostics:
     """What one run did, shared between the runtime and its caller."""
@@ -65,12 +87,27 @@ class RunDiagnostics:
     journal_failures: int = 0
     sink_failures: int = 0
     trace: list[TraceEntry] = field(default_factory=list)
+    tools: list[ToolRun] = field(default_factory=list)
+    """Every call the batch runner answered, in the order the answers came."""
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     ended_at: datetime | None = None
+    _started: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
     def note(self, kind: str, detail: str = "") -> None:
         """Append a step to the ordered trace."""
         self.trace.append(TraceEntry(seq=len(self.trace), kind=kind, detail=detail))
+
+    def tool_started(self, call_id: str) -> None:
+        """A call's handler starts (traced as `tool_start`)."""
+        self.tool_calls_started += 1
+        self.note("tool_start", call_id)
+        self._started[call_id] = self.trace[-1].at
+
+    def tool_answered(self, call_id: str, tool: str, status: ToolStatus) -> None:
+        """A call of a batch was answered (traced as `tool_end`); `tool` "" if not offered."""
+        self.note("tool_end", call_id)
+        started = self._started.pop(call_id, None)
+        self.tools.append(ToolRun(call_id, tool, status, started, self.trace[-1].at))
 
     def stamp_cut(self, signal: Signal) -> None:
         """Record the signal that cut the turn; a steer stamps the turn as steered."""

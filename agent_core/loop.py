@@ -233,6 +233,14 @@ class Runtime:
                 listener(by)
 
         run.signals.on_stop = on_stop
+        steer_listener = run.signals.on_steer
+
+        def on_steer() -> None:
+            run.diag.note("steer_received")  # the start of the steer-to-cut latency
+            if steer_listener is not None:
+                steer_listener()
+
+        run.signals.on_steer = on_steer
         try:
             result = await self._close_suspended(run)
             if result is None:

@@ -56,6 +56,17 @@ def worker(
         help="On SIGTERM, seconds to wait for live turns to reach a safe point and be handed "
         "over; whatever is still running then is left to another worker to take over.",
     ),
+    metrics_port: int | None = typer.Option(
+        None,
+        min=0,
+        max=65535,
+        help="Serve Prometheus metrics at GET /metrics on this port (0: off); default "
+        "CHATOPS_WORKER_METRICS_PORT.",
+    ),
+    metrics_host: str = typer.Option(
+        "0.0.0.0",
+        help="Address of the metrics endpoint (all interfaces: a pod is scraped from outside).",
+    ),
 ) -> None:
     """Run one worker: take turns from the queue, run them, keep their cards true.
 
@@ -81,7 +92,9 @@ def worker(
 
     async def main() -> None:
         options = WorkerOptions(concurrency=concurrency)
-        async with open_worker(Settings(), options=options) as running:
+        async with open_worker(
+            Settings(), options=options, metrics_host=metrics_host, metrics_port=metrics_port
+        ) as running:
             loop = asyncio.get_running_loop()
 
             def drain() -> None:

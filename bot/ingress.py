@@ -267,17 +267,22 @@ def _routes(app: FastAPI) -> None:
 
 
 async def _observe_analyses(ingress: Ingress) -> None:
-    """Set the oldest-live-analysis gauge from Redis (skipped, with a log, if Redis is slow)."""
+    """Set the scrape-time gauges from Redis: the oldest live analysis, the kill switch.
+
+    Skipped, with a log, if Redis is slow.
+    """
     try:
         async with asyncio.timeout(1.0):
             oldest = await ingress.redis.zrange(
                 ingress.queue.keys.lease_starts, 0, 0, withscores=True
             )
-    except (RedisError, TimeoutError) as exc:
-        log.info("oldest live analysis not read: %s", exc)
+            switch = await KillSwitch(ingress.redis, ingress.queue.keys).state()
+    except (RedisError, StoreError, TimeoutError) as exc:
+        log.info("scrape-time gauges not read: %s", exc)
         return
     age = time.time() - float(oldest[0][1]) / 1000 if oldest else 0.0
     ingress.metrics.oldest_analysis.set(max(0.0, age))
+    ingress.metrics.killswitch.set(1 if switch.on else 0)
 
 
 def create_app(

@@ -38,6 +38,11 @@ class IngressMetrics:
             "when it exceeds an hour: Feishu cards cannot be updated after 14 days",
             registry=self.registry,
         )
+        self.killswitch = Gauge(
+            "chatops_killswitch_on",
+            "1 while the kill switch is on (read from Redis at scrape time)",
+            registry=self.registry,
+        )
 
     def event(self, platform: str, outcome: str) -> None:
         """Count one inbound event.

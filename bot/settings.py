@@ -95,6 +95,11 @@ class Settings(BaseSettings):
         default=0.0, ge=0, validation_alias="CHATOPS_PRICE_COMPLETION_PER_MTOK"
     )
     """Price of a million completion tokens."""
+    worker_metrics_port: int = Field(
+        default=0, ge=0, le=65_535, validation_alias="CHATOPS_WORKER_METRICS_PORT"
+    )
+    """Port of a worker's `GET /metrics` (Prometheus); 0: not served. `chatops worker
+    --metrics-port` overrides it, `--metrics-host` sets the address (default all interfaces)."""
     scheduled_jobs: str = Field(default="", validation_alias="CHATOPS_SCHEDULED_JOBS")
     """A JSON list of cron jobs `chatops scheduler` runs as ordinary turns (format in
     `bot.scheduled_jobs.ScheduledJob`); empty: none."""

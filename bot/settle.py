@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 
@@ -32,6 +33,9 @@ from agent_core import Completed, RunOutcome, SettleRecord
 from agent_core.store import map_redis_errors
 from bot.keys import BotKeys
 from bot.lease import Lease
+
+if TYPE_CHECKING:
+    from bot.worker_metrics import WorkerMetrics
 
 __all__ = ["Book", "Pricing", "SettleWriter", "Settled", "Verdict", "verdict_of"]
 
@@ -123,17 +127,26 @@ class SettleWriter:
     """Writes settle records and books; idempotent and fenced."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: BotKeys, pricing: Pricing | None = None
+        self,
+        redis: aioredis.Redis,
+        keys: BotKeys,
+        pricing: Pricing | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
         self._pricing = pricing or Pricing()
+        self._metrics = metrics
+        """Fed with each settle written here (never a duplicate): reason, tokens, the run."""
         self._settle = redis.register_script(_SETTLE)
 
     async def settle(self, outcome: RunOutcome, lease: Lease | None) -> Settled:
         """Settle a finished run (`lease` None: the reaper, allowed only once no lease is held)."""
         record = SettleRecord.from_outcome(outcome)
-        return await self.write(record, verdict_of(outcome), lease)
+        settled = await self.write(record, verdict_of(outcome), lease)
+        if settled is Settled.WRITTEN and self._metrics is not None:
+            self._metrics.ran(outcome)
+        return settled
 
     async def write(self, record: SettleRecord, verdict: Verdict, lease: Lease | None) -> Settled:
         """Write one settle record and the books its verdict names."""
@@ -164,7 +177,10 @@ class SettleWriter:
         ]
         with map_redis_errors("settle"):
             status = int(await self._settle(keys=keys, args=args))
-        return {1: Settled.WRITTEN, 0: Settled.DUPLICATE}.get(status, Settled.FENCED)
+        settled = {1: Settled.WRITTEN, 0: Settled.DUPLICATE}.get(status, Settled.FENCED)
+        if settled is Settled.WRITTEN and self._metrics is not None:
+            self._metrics.settled(record)
+        return settled
 
     async def record(self, session_id: str, turn_id: str) -> SettleRecord | None:
         """The settle record of a turn, if it was settled."""

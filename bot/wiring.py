@@ -30,6 +30,8 @@ from bot.events import Platform
 from bot.failpoints import Failpoints
 from bot.keys import BotKeys
 from bot.lease import Leases
+from bot.metered_platform import MeteredPlatform
+from bot.metrics_server import Render, serve_metrics
 from bot.model import build_chat_model
 from bot.platform import ChatPlatform
 from bot.settings import Settings
@@ -37,6 +39,7 @@ from bot.settle import Pricing, SettleWriter
 from bot.subagent_desk import SubagentCards, SubagentDesk
 from bot.subagents import SubagentRegistry
 from bot.worker import Worker, WorkerOptions
+from bot.worker_metrics import WorkerMetrics
 
 __all__ = [
     "INSTRUCTIONS",
@@ -176,6 +179,28 @@ async def open_clients(
     return redis, platforms
 
 
+def _metered(
+    platforms: dict[Platform, ChatPlatform], metrics: WorkerMetrics
+) -> dict[Platform, ChatPlatform]:
+    """The card clients, each counting its calls (the sub-agents' record is no platform call)."""
+    return {
+        name: client if name is Platform.SUBAGENT else MeteredPlatform(client, metrics.card_call)
+        for name, client in platforms.items()
+    }
+
+
+async def _serve(stack: AsyncExitStack, render: Render, host: str, port: int) -> None:
+    """Serve `GET /metrics` until `stack` closes.
+
+    Raises:
+        BotConfigError: The address cannot be bound.
+    """
+    try:
+        await stack.enter_async_context(serve_metrics(render, host, port))
+    except OSError as exc:
+        raise BotConfigError(f"metrics on {host}:{port}: {exc}") from exc
+
+
 @asynccontextmanager
 async def open_worker(
     settings: Settings,
@@ -183,14 +208,26 @@ async def open_worker(
     redis: aioredis.Redis | None = None,
     actor_options: ActorOptions | None = None,
     options: WorkerOptions | None = None,
+    metrics_host: str = "0.0.0.0",
+    metrics_port: int | None = None,
 ) -> AsyncIterator[Worker]:
     """Build a worker from the settings, with every client it needs; close them afterwards.
 
+    Args:
+        settings: The configuration.
+        redis: A client to use instead of one from `REDIS_URL` (the caller's to close).
+        actor_options: Bounds of each analysis.
+        options: How much the worker takes on.
+        metrics_host: Address of the worker's `GET /metrics`.
+        metrics_port: Its port (default `CHATOPS_WORKER_METRICS_PORT`); 0: not served.
+
     Raises:
-        BotConfigError: The settings cannot work.
+        BotConfigError: The settings cannot work, or the metrics port cannot be bound.
     """
     async with AsyncExitStack() as stack:
         redis, platforms = await open_clients(settings, redis, stack)
+        metrics = WorkerMetrics()
+        platforms = _metered(platforms, metrics)
         if settings.production:
             await require_durable_redis(redis)
         model, openai_client = build_chat_model(settings)
@@ -258,12 +295,15 @@ async def open_worker(
             redis=redis,
             keys=keys,
             leases=leases,
-            settle=SettleWriter(redis, keys, pricing_from(settings)),
+            settle=SettleWriter(redis, keys, pricing_from(settings), metrics),
             platforms=platforms,
             options=actor_options,
             failpoints=failpoints,
             subagents=subagents,
         )
+        port = settings.worker_metrics_port if metrics_port is None else metrics_port
+        if port:
+            await _serve(stack, lambda: metrics.scrape(redis, keys), metrics_host, port)
         yield Worker(
             redis=redis,
             actor=actor,
@@ -271,4 +311,5 @@ async def open_worker(
             keys=keys,
             options=options,
             failpoints=failpoints,
+            metrics=metrics,
         )

@@ -32,6 +32,7 @@ from bot.killswitch import KillSwitch
 from bot.lease import Lease, Leases
 from bot.queue import Queue, TurnJob
 from bot.turn_stream import Entry, TurnStream
+from bot.worker_metrics import WorkerMetrics
 
 __all__ = ["MAX_DELIVERIES", "Worker", "WorkerOptions"]
 
@@ -66,8 +67,11 @@ class Worker:
         name: str | None = None,
         options: WorkerOptions | None = None,
         failpoints: Failpoints | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._redis = redis
+        self.metrics = metrics or WorkerMetrics()
+        """This worker's metrics (`open_worker` shares them with its settle writer and cards)."""
         self._failpoints = failpoints or Failpoints()
         self._actor = actor
         self._leases = leases
@@ -184,6 +188,8 @@ class Worker:
             if job is None:
                 await self._stream.drop(entry.id)  # a poison entry: retrying cannot help
                 return
+            if not reclaimed:
+                self.metrics.claimed(job)
             lease = await self._lease_for(entry, job) if reclaimed else None
             if reclaimed and lease is None:
                 return  # its worker is alive (or it was dead-lettered): not ours to run

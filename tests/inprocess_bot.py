@@ -80,9 +80,18 @@ class Bot:
         headers = {"authorization": f"Bearer {token}"}
         return await self.http.post("/console/events", json=payload, headers=headers)
 
-    async def start_worker(self, options: ActorOptions | None = None) -> Worker:
+    async def start_worker(
+        self, options: ActorOptions | None = None, *, metrics_port: int = 0
+    ) -> Worker:
+        """Start the worker; with `metrics_port`, it serves `GET /metrics` on 127.0.0.1."""
         options = options or ActorOptions(publisher=PublisherOptions(min_interval_s=0.05))
-        self._worker_cm = open_worker(self.settings, redis=self.redis, actor_options=options)
+        self._worker_cm = open_worker(
+            self.settings,
+            redis=self.redis,
+            actor_options=options,
+            metrics_host="127.0.0.1",
+            metrics_port=metrics_port,
+        )
         self.worker = await self._worker_cm.__aenter__()
         self._worker_task = asyncio.get_running_loop().create_task(self.worker.run())
         return self.worker
