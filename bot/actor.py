@@ -21,7 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from agent_core import Runtime
+from agent_core import Awaiting, Dispatched, RunDiagnostics, RunOutcome, Runtime
 from agent_core.interrupts import ControlPlane
 from agent_core.loop import TurnRequest
 from bot.card_publisher import CardPublisher, PublisherOptions
@@ -113,6 +113,7 @@ class Actor:
         chain, publisher = await self._begin(job, lease)
         await publisher.attach()  # its workers posted a card: end that one, post no other
         await self._shielded(self._turns.settle_unfinished(chain, reason))
+        await self._shielded(self._turns.stop_children_of(job.session_id, "a failure"))
         await self._shielded(publisher.finish(chain.tracker.final(CardStatus.FAILED, error=reason)))
 
     async def run(self, job: TurnJob, lease: Lease) -> None:
@@ -146,12 +147,14 @@ class Actor:
             # ends here, truthfully, before the cancellation goes on.
             final = chain.tracker.final(CardStatus.INTERRUPTED)
             await self._shielded(self._turns.settle_unfinished(chain, INTERRUPTED))
+            await self._shielded(self._turns.stop_children_of(job.session_id, "an interruption"))
             await self._shielded(publisher.finish(final))
             raise
         except Exception as exc:
             log.exception("analysis %s failed", job.turn_id)
             final = chain.tracker.final(CardStatus.FAILED, error=_short(exc))
             await self._shielded(self._turns.settle_unfinished(chain, _short(exc)))
+            await self._shielded(self._turns.stop_children_of(job.session_id, "a failure"))
         if final is not None:
             self._failpoints.hit("before_final_card")
             await self._shielded(publisher.finish(final))
@@ -211,6 +214,12 @@ class Actor:
         """Whether a taken-over job's analysis already ended; its card is made final then."""
         record = CardRecord(self._redis, self._keys, job.session_id)
         ended, final = await self._takeover.ended(job, record)
+        if ended:  # settled already, or parked before its settle: then it is settled here
+            waited = Awaiting() if job.event.platform is Platform.SUBAGENT else Dispatched()
+            diagnostics = RunDiagnostics(session_id=job.session_id, turn_id=job.turn_id)
+            await self._turns.settle_or_lose(
+                RunOutcome(result=waited, diagnostics=diagnostics), lease
+            )
         if ended and final is not None:
             publisher = self._publisher(job, lease, record)
             await publisher.attach()

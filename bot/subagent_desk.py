@@ -110,7 +110,10 @@ class SubagentCards:
         record = await self._registry.child(target.channel, target.thread)
         if record is not None and record.state is ChildState.PENDING:
             await self._registry.move(record, ChildState.RUNNING)
-        return CardRef(platform=Platform.SUBAGENT, channel=target.channel, message_id=target.thread)
+        ref = CardRef(platform=Platform.SUBAGENT, channel=target.channel, message_id=target.thread)
+        if card.is_final:  # a first post may be the last state (a reaper, a dead letter)
+            await self.update_card(ref, card)
+        return ref
 
     async def update_card(self, ref: CardRef, card: ProgressCard) -> None:
         """A final card is the child's report; other states change nothing."""

@@ -130,6 +130,7 @@ c['question'] = ARGV[4]
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(c))
 if stopped or ARGV[6] == '' then return {1, c['state']} end
 redis.call('RPUSH', KEYS[3], ARGV[6])
+redis.call('EXPIRE', KEYS[3], @TTL@)
 local wake = c['state'] == 'awaiting'
 if final[c['state']] then
   wake = true
@@ -207,7 +208,7 @@ class SubagentRegistry:
         self._redis = redis
         self._keys = keys or BotKeys()
         self._dispatch = redis.register_script(_DISPATCH)
-        self._move = redis.register_script(_MOVE)
+        self._move = redis.register_script(_MOVE.replace("@TTL@", str(TURN_KEY_TTL_S)))
         self._park = redis.register_script(_PARK)
         self._stop_child = redis.register_script(_STOP_CHILD)
 
@@ -396,6 +397,8 @@ class SubagentRegistry:
             stopped.append(record.child_id)
             stopped += await self.stop_tree(child, by)  # a child of a child, should there be one
         with map_redis_errors("stop sub-agents"):
+            # Reports read by nobody must not become the next analysis's input.
+            await self._redis.delete(k.inbox(parent_session))
             await self._redis.srem(k.parents, parent_session)
         return stopped
 

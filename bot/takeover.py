@@ -69,6 +69,12 @@ class Takeover:
         gone); `(True, card)` when it ended and `card` must still be shown.
         """
         session = job.session_id
+        with map_redis_errors("read parked marker"):
+            parked = await self._redis.exists(self._keys.parked(session, job.turn_id))
+        if parked:
+            # Its worker died after parking the continuation (sub-agents or an answer to
+            # wait for) but before settling: the analysis goes on there.
+            return True, None
         if await self._settle.record(session, job.turn_id) is None:
             return False, None
         if (await record.read()).get("final") != "0":

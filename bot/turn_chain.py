@@ -133,7 +133,9 @@ class TurnChain:
             if isinstance(outcome.result, Awaiting) and outcome.result.approvals:
                 await self._await_approvals(chain, outcome, outcome.result.approvals)
                 return None  # the card asks for decisions; the worker is free meanwhile
-            if isinstance(outcome.result, Dispatched | Awaiting):
+            if isinstance(outcome.result, Dispatched | Awaiting) or (
+                follow_up is None and await self._still_has_children(chain, outcome)
+            ):
                 await self._wait_for_others(chain, outcome)
                 return None  # children work (or the parent answers); the worker is free
             if follow_up is None:
@@ -263,6 +265,26 @@ class TurnChain:
             chain.tracker.children(await self._registry.children(session), waiting=True)
         log.info("turn %s waits (%s); %s continues", chain.turn_id, waiting_for, next_turn)
 
+    async def _still_has_children(self, chain: Chain, outcome: RunOutcome) -> bool:
+        """An answer given while sub-agents still work is not the end: the analysis waits.
+
+        A parent can be run while its children work (a redirect, a drain's resume, a worker's
+        death); what it answers then is settled, and the analysis goes on waiting for the
+        reports instead of cancelling the children. A stop or a failure still ends it.
+        """
+        if not isinstance(outcome.result, Completed) or chain.job.event.platform is (
+            Platform.SUBAGENT
+        ):
+            return False
+        children = await self._registry.children(chain.job.session_id)
+        return any(not c.state.is_final for c in children)
+
+    async def stop_children_of(self, session_id: str, by: str) -> None:
+        """Stop the session's sub-agents, if it has any still working (an analysis ended)."""
+        children = await self._registry.children(session_id)
+        if any(not c.state.is_final for c in children):
+            await self._registry.stop_tree(session_id, by)
+
     async def _stop_children(self, chain: Chain, outcome: RunOutcome) -> None:
         """An analysis that ended stops the sub-agents it still has: nobody would read them.
 
@@ -270,9 +292,7 @@ class TurnChain:
         a child still ran (or waited for an answer) did not.
         """
         by = getattr(outcome.result, "by", "") or "the parent analysis ending"
-        children = await self._registry.children(chain.job.session_id)
-        if any(not c.state.is_final for c in children):
-            await self._registry.stop_tree(chain.job.session_id, by)
+        await self.stop_children_of(chain.job.session_id, by)
 
     async def _await_approvals(
         self, chain: Chain, outcome: RunOutcome, call_ids: tuple[str, ...]

@@ -373,9 +373,11 @@ class Scenario:
     async def stop(self) -> None:
         m = self.model
         if not m.stopped:
-            m.at_stop = (await self.inbox_len(), len(await self.parent_jobs()))
+            # A stop empties the inbox (its reports are read by nobody), which then stays empty.
+            m.at_stop = (0, len(await self.parent_jobs()))
             m.queued_by_parks_since_stop = 0
         stopped = await self.registry.stop_tree(self.parent, STOPPER)
+        m.inbox = 0
         unfinished = [c for c in m.children if not c.state.is_final]
         assert sorted(stopped) == sorted(c.record.child_id for c in unfinished)
         m.final_before_stop |= {c.record.child_id for c in m.children if c.state.is_final}

@@ -15,11 +15,14 @@ from typing import Any
 
 import pytest
 
-from bot.events import Platform, session_id_for
+from bot.events import ChatEvent, Platform, session_id_for
 from bot.keys import BotKeys
 from bot.killswitch import KillSwitch
+from bot.platform import CardTarget
 from bot.settle import SettleWriter
+from bot.subagent_desk import SubagentCards
 from bot.subagents import ChildState, SubagentRegistry
+from cards.model import CardStatus, ProgressCard
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.inprocess_bot import Bot
@@ -302,3 +305,59 @@ async def test_a_drained_worker_hands_its_children_over_and_the_tree_stays_whole
     assert [h.path for h in slow_service.hits].count(page) == 1  # finished, never run again
     assert len(parent_requests(fake_llm)) == 2
     assert all(r.status == 200 for r in fake_llm.requests)
+
+
+async def test_a_redirect_while_children_work_does_not_end_or_cancel_them(
+    bot, fake_llm, slack_api, slow_service, redis_client
+) -> None:
+    def reply(messages: list[dict[str, Any]]) -> fp.Reply:
+        if PARENT_TASK in task_of(messages):
+            if said(messages, "Report from sub-agent"):
+                return fp.TextReply("Both parts reported.")
+            if said(messages, "how is it going"):
+                return fp.TextReply("Still waiting for the sub-agents.")
+            calls = [fp.ToolCall("dispatch_subagent", {"task": p}) for p in PARTS[:2]]
+            return fp.ToolCallsReply(calls)
+        reply_as_child: fp.Reply = held_children(slow_service)(messages)
+        return reply_as_child
+
+    fake_llm.respond_with(reply)
+    thread = sg.slack_ts()
+    await start(bot, thread)
+    await slow_service.wait_for_hits(2)  # both children inside their tool calls
+    await bot.post(sg.slack_message(text="how is it going?", thread_ts=thread))
+    await bot.worker.wait_finished(2)  # the parent's turn and its redirected continuation
+    children = await SubagentRegistry(redis_client).children(session_of(thread))
+    assert {c.state for c in children} == {ChildState.RUNNING}  # not cancelled by the answer
+    for part in PARTS[:2]:
+        slow_service.release(part.rsplit(" ", 1)[-1])
+    await bot.worker.wait_finished(5)  # both children, then the parent once more
+    assert "Both parts reported." in card_text(final_card(slack_api, thread))
+    children = await SubagentRegistry(redis_client).children(session_of(thread))
+    assert {c.state for c in children} == {ChildState.DONE}
+
+
+async def test_a_childs_first_card_already_final_is_its_report(redis_client) -> None:
+    """A reaper or a dead letter may post a child's card for the first time as final."""
+    registry = SubagentRegistry(redis_client)
+    parent = sg.slack_ts()
+    parent_event = ChatEvent(
+        platform=Platform.SLACK,
+        event_id=f"Ev{parent}",
+        workspace=sg.SLACK_TEAM_ID,
+        channel=sg.SLACK_CHANNEL_ID,
+        thread=parent,
+        message_id=parent,
+        author=sg.SLACK_USER_ID,
+    )
+    record = await registry.dispatch(parent_event, session_of(parent), "turn-p", "check it")
+    assert record is not None
+    card = ProgressCard(title="check it", turn_id="turn-c").ended(
+        CardStatus.INTERRUPTED, error="interrupted"
+    )
+    target = CardTarget(Platform.SUBAGENT, session_of(parent), record.child_id)
+    await SubagentCards(registry).post_card(target, card)
+    child = await registry.child(session_of(parent), record.child_id)
+    assert child is not None and child.state is ChildState.FAILED
+    inbox = await redis_client.lrange(BotKeys().inbox(session_of(parent)), 0, -1)
+    assert len(inbox) == 1 and b"Report from sub-agent" in inbox[0]
