@@ -93,6 +93,7 @@ def child_event(parent: ChatEvent, parent_session: str, child_id: str, task: str
         author_name="the parent analysis",
         author_kind=AuthorKind.SUBAGENT,
         text=task,
+        tools=parent.tools,  # a narrowed analysis (a scheduled job) narrows its children too
     )
 
 

@@ -201,10 +201,12 @@ class TurnChain:
         tools = self._runtime.toolset
         if event.platform is Platform.SUBAGENT:
             names = {t.name for t in tools if t.risk is Risk.READ_ONLY} - {DISPATCH, ANSWER_CHILD}
-        else:
-            names = {t.name for t in tools} - {ASK_PARENT}
-        if event.tools is not None:
-            names &= set(event.tools) | {DISPATCH, ANSWER_CHILD}
+            if event.tools is not None:  # its parent's narrowing holds for it too
+                names &= set(event.tools) | {ASK_PARENT}
+            return frozenset(names)
+        names = {t.name for t in tools} - {ASK_PARENT}
+        if event.tools is not None:  # exactly the job's tools (list dispatch_subagent to fan out)
+            names &= set(event.tools)
         return frozenset(names)
 
     async def _next_inputs(self, chain: Chain, outcome: RunOutcome) -> list[UserMessage] | None:
