@@ -8,7 +8,8 @@ shared ones of `cards._lines`, as on Slack and Feishu. Width is counted in chara
 character (CJK, emoji) takes two terminal columns, so such a line may look longer.
 
 Layout, in order: a `== title ===` rule; the status and elapsed time; the newest steps; the
-interventions; the answer between two rules; the Stop hint (only while live).
+interventions; the answer between two rules; the replay link (when set); the Stop hint (only
+while live).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
             lines.append("")
             lines.extend(_wrap(_lines.approval_line(approval, _plain), width, 1))
             lines.append(f"  [ /approve {approval.value} ]  [ /deny {approval.value} ]")
+    if link := card.shown_link:
+        lines.extend(["", *_wrap(f"Replay: {link}", width)])
     if not card.is_final:
         lines.extend(["", STOP_HINT])
     return "\n".join(lines)

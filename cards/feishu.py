@@ -14,7 +14,8 @@ Feishu's markdown docs say to show those characters literally. The header title 
 which Feishu never parses.
 
 Elements, in order: markdown (status and elapsed time); markdown (the newest steps); markdown
-(interventions); hr, markdown and maybe a note (the answer); button (Stop, only while live).
+(interventions); hr, markdown and maybe a note (the answer); button (Stop, only while live);
+button (Replay, when the card has a link).
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
             elements.append(_button(card, approval, DENY_ACTION, "Deny", "danger", limits))
     if not card.is_final:
         elements.append(_stop_button(card, limits))
+    if link := card.shown_link:
+        elements.append(_link_button("Replay", link))
     return {
         "schema": "2.0",
         "config": {"update_multi": True},
@@ -177,6 +180,17 @@ def _button(
     """Approve or Deny for one waiting call: the callback value names the call."""
     value = {"action": action, "call": approval.value, "thread": card.thread}
     return _callback_button(label, kind, value, limits)
+
+
+def _link_button(label: str, url: str) -> Element:
+    """A button that opens `url` (card JSON 2.0 `open_url` behavior); it sends no callback."""
+    behavior = {"type": "open_url", "default_url": url}
+    return {
+        "tag": "button",
+        "text": {"tag": "plain_text", "content": label},
+        "type": "default",
+        "behaviors": [behavior],
+    }
 
 
 def _callback_button(label: str, kind: str, value: dict[str, str], limits: FeishuLimits) -> Element:

@@ -8,11 +8,13 @@ about a platform, Redis or the runtime.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "LINK_CHARS",
     "CardApproval",
     "CardChild",
     "CardStatus",
@@ -22,6 +24,13 @@ __all__ = [
     "ProgressCard",
     "StepState",
 ]
+
+
+LINK_CHARS = 500
+"""Longest `ProgressCard.link` shown. A link is never cut (a cut one leads nowhere), so a longer
+one is left off; 500 stays within the Feishu byte plan's frame (`cards.limits`)."""
+_LINK = re.compile(r"https?://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")
+"""An http(s) URL of RFC 3986 characters only: no space, quote or `<`, so no markup can form."""
 
 
 class CardStatus(StrEnum):
@@ -159,6 +168,8 @@ class ProgressCard:
     redirect_pending: bool = False
     """Someone redirected the analysis; it takes the redirect at its next cut, once the calls
     still running have answered."""
+    link: str = ""
+    """Where the analysis can be replayed (`CHATOPS_PUBLIC_URL` + `/runs/{turn}`); empty: none."""
 
     @property
     def is_final(self) -> bool:
@@ -169,6 +180,12 @@ class ProgressCard:
     def redirected(self) -> bool:
         """Someone steered the analysis at least once."""
         return any(i.kind is InterventionKind.STEER for i in self.interventions)
+
+    @property
+    def shown_link(self) -> str:
+        """`link` when the card may show it (an http(s) URL of at most `LINK_CHARS`), else ""."""
+        fits = len(self.link) <= LINK_CHARS and _LINK.fullmatch(self.link)
+        return self.link if fits else ""
 
     def ended(self, status: CardStatus, **changes: Any) -> ProgressCard:
         """This card in the final `status`: a step still running can no longer finish."""

@@ -12,7 +12,7 @@ with an invisible word joiner (`cards._mentions`), the header's too.
 
 Blocks, in order: header (the task); section (status and elapsed time); section (the newest
 steps); context (interventions); divider, section and maybe a context note (the answer); actions
-(Stop, only while live).
+(Stop while live; Replay when the card has a link).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ STOP_ACTION_ID = "stop"
 APPROVE_ACTION_ID = "approve"
 DENY_ACTION_ID = "deny"
 """The `action_id`s of a waiting call's buttons; their `value` is `CardApproval.value`."""
+REPLAY_ACTION_ID = "replay"
+"""The Replay link button's `action_id` (its `url` is `ProgressCard.link`)."""
 _UNTITLED = "Analysis"
 """Shown when the task is empty: Slack refuses an empty header."""
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
@@ -88,7 +90,7 @@ def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]
             line = _lines.approval_line(approval, escape_mrkdwn)
             blocks.append(_section(line, limits.section_text))
             blocks.append(_decision(approval, limits))
-    if not card.is_final:
+    if not card.is_final or card.shown_link:
         blocks.append(_actions(card, limits))
     return blocks
 
@@ -142,16 +144,32 @@ def _context(text: str, limits: SlackLimits) -> Block:
 
 
 def _actions(card: ProgressCard, limits: SlackLimits) -> Block:
-    if len(card.turn_id) > limits.button_value:
-        raise LimitExceeded("turn_id", size=len(card.turn_id), limit=limits.button_value)
-    button = {
-        "type": "button",
-        "action_id": STOP_ACTION_ID,
-        "value": card.turn_id,
-        "style": "danger",
-        "text": {"type": "plain_text", "text": truncate("Stop", limits.button_text)},
-    }
-    return {"type": "actions", "elements": [button]}
+    """Stop while live, and Replay when the card has a link (live or final)."""
+    buttons: list[Block] = []
+    if not card.is_final:
+        if len(card.turn_id) > limits.button_value:
+            raise LimitExceeded("turn_id", size=len(card.turn_id), limit=limits.button_value)
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": STOP_ACTION_ID,
+                "value": card.turn_id,
+                "style": "danger",
+                "text": {"type": "plain_text", "text": truncate("Stop", limits.button_text)},
+            }
+        )
+    if link := card.shown_link:
+        # A link button: Slack opens the URL and still sends a `block_actions` press, which
+        # the steer policy ignores (no marker for this action id).
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": REPLAY_ACTION_ID,
+                "url": link,
+                "text": {"type": "plain_text", "text": truncate("Replay", limits.button_text)},
+            }
+        )
+    return {"type": "actions", "elements": buttons}
 
 
 def _decision(approval: CardApproval, limits: SlackLimits) -> Block:
