@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint demo redis-server bench clean
+.PHONY: install test test-fast lint demo redis-server chromium bench clean
 
 install: $(STAMP)
 
@@ -20,7 +20,13 @@ redis-server:
 		echo "redis-server not found: installing it with apt-get"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
-test: install redis-server
+# The replay page's test takes a screenshot with headless Chromium (Debian's `chromium`).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "chromium not found: installing it with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: install redis-server chromium
 	$(BIN)/pytest
 
 # Everything except the slow, process-level tests (for quick local iteration only).

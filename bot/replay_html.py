@@ -126,8 +126,19 @@ def _raw(data: Mapping[str, Any]) -> str:
     return _text(dict(data))
 
 
+def _count(value: object) -> str:
+    """A count the audit may record as a number or as the items themselves."""
+    if isinstance(value, list | tuple | dict):
+        return str(len(value))
+    return _text(value) if value is not None else "?"
+
+
 def _response(data: Mapping[str, Any]) -> str:
-    calls = [_text(call.get("name", "?")) for call in data.get("calls") or () if call]
+    listed = data.get("calls")
+    calls = [
+        _text(call.get("name", "?")) if isinstance(call, dict) else _text(call)
+        for call in (listed if isinstance(listed, list) else ())
+    ]
     tokens = f"{data.get('prompt_tokens', 0)}+{data.get('completion_tokens', 0)} tokens"
     asked = f" → calls {', '.join(calls)}" if calls else ""
     return f"{_text(data.get('text', ''))}{asked} [{tokens}]"
@@ -146,7 +157,9 @@ def _cut(data: Mapping[str, Any]) -> str:
 
 _SUMMARIES: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
     "turn_start": lambda d: f"turn starts: {_text(d.get('inputs', ''))}",
-    "model_request": lambda d: f"request {d.get('n', '?')}: {len(d.get('messages') or ())} msgs",
+    "model_request": lambda d: (
+        f"request {_text(d.get('n', '?'))}: {_count(d.get('messages'))} msgs"
+    ),
     "model_response": _response,
     "tool_call": lambda d: f"{_text(d.get('name', '?'))}({_text(d.get('arguments', ''))})",
     "tool_result": _tool_result,
