@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 from agent_core.approvals import Approval, Verdict
 from agent_core.store import map_redis_errors
 from agent_core.tools.base import Risk
+from bot.audit import AuditEvent, AuditLog
 from bot.events import ChatEvent
 from bot.keys import BotKeys
 from bot.steer_policy import Action, Role, may
@@ -131,11 +132,13 @@ class ApprovalDesk:
         keys: BotKeys,
         responders: Iterable[str] = (),
         clock: Callable[[], float] = time.time,
+        audit: AuditLog | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
         self._responders = frozenset(responders)
         self._clock = clock
+        self._audit = audit or AuditLog(redis, keys)
         self._decide = redis.register_script(_DECIDE)
 
     async def press(self, event: ChatEvent) -> Press:
@@ -156,6 +159,16 @@ class ApprovalDesk:
         log.info(
             "approval press on %s (%s) by %s: %s", call_id, record.tool, who, result.outcome.value
         )
+        data = {"call_id": call_id, "tool": record.tool, "verdict": result.outcome.value}
+        pressed = AuditEvent(
+            ts=time.time(),
+            session=session,
+            turn=record.turn_id,
+            kind="approval",
+            who=who,
+            data=data,
+        )
+        await self._audit.record(pressed)
         return result
 
     async def expire_due(self) -> int:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from agent_core.errors import AgentError
 from agent_core.interrupts import checkpoint
+from bot.audit import AuditLog
 from bot.card_record import CardRecord
 from bot.platform import (
     CardGone,
@@ -69,8 +70,12 @@ class CardPublisher:
         target: CardTarget,
         token: int,
         options: PublisherOptions | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self._platform = platform
+        self._audit = audit
+        self._audited: CardStatus | None = None
+        """The last status recorded in the audit (each change is recorded once)."""
         self._record = record
         self._target = target
         self._token = token
@@ -193,6 +198,11 @@ class CardPublisher:
         await self._deliver(card)
         self._last_sent = time.monotonic()
         self.sent += 1
+        if self._audit is not None and card.status is not self._audited:
+            self._audited = card.status
+            session = self._record.session_id
+            event = self._audit.event(session, card.turn_id, "card", status=card.status.value)
+            await self._audit.record(event)
         if card.is_final:
             await self._record.mark_delivered()
         else:

@@ -109,6 +109,10 @@ class BotKeys:
         """A book (stream): `settles`, `automation`, `no-final-reply`, `remedies`."""
         return f"{self.prefix}:book:{name}"
 
+    def audit(self, session_id: str) -> str:
+        """Stream of the session's audit trail, one JSON `bot.audit.AuditEvent` per entry."""
+        return f"{self.session.session_prefix(session_id)}:audit"
+
     def stopped_at(self, session_id: str) -> str:
         """Platform time of the session's latest stop: requests sent before it never start."""
         return f"{self.session.session_prefix(session_id)}:stopped-at"

@@ -30,6 +30,7 @@ import redis.asyncio as aioredis
 
 from agent_core.interrupts import TOMBSTONE_TTL_S, ControlPlane
 from agent_core.store import map_redis_errors
+from bot.audit import AuditEvent, AuditLog
 from bot.control_commands import KILL_SWITCH_INTENTS, ControlIntent, parse_control
 from bot.events import ChatEvent
 from bot.keys import BotKeys
@@ -78,9 +79,13 @@ class SwitchState:
 class KillSwitch:
     """Turns the kill switch on and off, and tells whether it is on."""
 
-    def __init__(self, redis: aioredis.Redis, keys: BotKeys | None = None) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, keys: BotKeys | None = None, audit: AuditLog | None = None
+    ) -> None:
         self._redis = redis
         self._keys = keys or BotKeys()
+        self.audit = audit or AuditLog(redis, self._keys)
+        """Each session it stops records who pulled it there."""
         self._control = ControlPlane(redis, self._keys.session)
         self._stop_waiting = redis.register_script(_STOP_WAITING)
 
@@ -110,6 +115,7 @@ class KillSwitch:
             parent = raw.decode() if isinstance(raw, bytes) else str(raw)
             stopped += [f"{parent}/{c}" for c in await registry.stop_tree(parent, stopper)]
         stopped += await self._stop_awaiting(stopper, [_text(p) for p in parents])
+        await self.audit.record_many(_switched(s, by, on=True) for s in stopped)
         return stopped
 
     async def _stop_awaiting(self, stopper: str, parents: list[str]) -> list[str]:
@@ -206,6 +212,9 @@ class KillSwitchDesk:
                 SwitchOutcome.REFUSED, "Only an admin (CHATOPS_ADMINS) may use the kill switch."
             )
         answer = await self._carry_out(command.intent, event.author_name or event.author)
+        if answer.outcome in (SwitchOutcome.ON, SwitchOutcome.OFF):
+            on = answer.outcome is SwitchOutcome.ON
+            await self._switch.audit.record(_switched(event.session_id, event.author, on=on))
         log.warning("kill switch command by %s: %s", event.author, answer.message)
         return answer
 
@@ -229,6 +238,14 @@ def _describe(state: SwitchState) -> str:
         return "Kill switch off."
     since = datetime.fromtimestamp(state.since, UTC).isoformat(timespec="seconds")
     return f"Kill switch on since {since} by {state.by}."
+
+
+def _switched(stopped: str, by: str, *, on: bool) -> AuditEvent:
+    """The audit event of the switch turned on or off, in a session (`session[/turn]`)."""
+    session, _, turn = stopped.partition("/")
+    return AuditEvent(
+        ts=time.time(), session=session, turn=turn, kind="killswitch", who=by, data={"on": on}
+    )
 
 
 def _text(value: bytes | str) -> str:

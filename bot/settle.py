@@ -23,6 +23,7 @@ over cannot settle (the new holder will), and a second settle of the same turn i
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -31,6 +32,7 @@ import redis.asyncio as aioredis
 
 from agent_core import Completed, RunOutcome, SettleRecord
 from agent_core.store import map_redis_errors
+from bot.audit import AuditEvent, AuditLog
 from bot.keys import BotKeys
 from bot.lease import Lease
 
@@ -132,9 +134,12 @@ class SettleWriter:
         keys: BotKeys,
         pricing: Pricing | None = None,
         metrics: WorkerMetrics | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
+        self.audit = audit or AuditLog(redis, keys)
+        """Where each settle written is recorded (the worker's turns record there too)."""
         self._pricing = pricing or Pricing()
         self._metrics = metrics
         """Fed with each settle written here (never a duplicate): reason, tokens, the run."""
@@ -180,6 +185,8 @@ class SettleWriter:
         settled = {1: Settled.WRITTEN, 0: Settled.DUPLICATE}.get(status, Settled.FENCED)
         if settled is Settled.WRITTEN and self._metrics is not None:
             self._metrics.settled(record)
+        if settled is Settled.WRITTEN:
+            await self.audit.record(_settle_event(record))
         return settled
 
     async def record(self, session_id: str, turn_id: str) -> SettleRecord | None:
@@ -197,3 +204,18 @@ class SettleWriter:
                 maxlen=BOOK_MAXLEN,
                 approximate=True,
             )
+
+
+def _settle_event(record: SettleRecord) -> AuditEvent:
+    return AuditEvent(
+        ts=time.time(),
+        session=record.session_id,
+        turn=record.turn_id,
+        kind="settle",
+        data={
+            "reason": record.reason.value,
+            "final_event_id": record.final_event_id,
+            "prompt_tokens": record.prompt_tokens,
+            "completion_tokens": record.completion_tokens,
+        },
+    )
