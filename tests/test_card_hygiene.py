@@ -72,7 +72,11 @@ def adversarial_card(text: str, status: CardStatus) -> ProgressCard:
 def sent(card: ProgressCard) -> dict[str, str]:
     """What each platform is sent for `card`, as text."""
     return {
-        "slack": json.dumps(cards.render_slack(card), ensure_ascii=False) + cards.slack_text(card),
+        # Two separate fields of the request: joined by a newline, so a token can only be
+        # found inside one of them (`]` ending the blocks and `(` opening the text is none).
+        "slack": json.dumps(cards.render_slack(card), ensure_ascii=False)
+        + "\n"
+        + cards.slack_text(card),
         "feishu": json.dumps(cards.render_feishu(card), ensure_ascii=False),
         "console": cards.render_console(card, width=60),
     }
