@@ -30,6 +30,7 @@ from bot.failpoints import Failpoints
 from bot.keys import BotKeys
 from bot.killswitch import KillSwitch
 from bot.lease import Lease, Leases
+from bot.logs import bind
 from bot.queue import Queue, TurnJob
 from bot.turn_stream import Entry, TurnStream
 from bot.worker_metrics import WorkerMetrics
@@ -188,6 +189,7 @@ class Worker:
             if job is None:
                 await self._stream.drop(entry.id)  # a poison entry: retrying cannot help
                 return
+            bind(session=job.session_id, turn=job.turn_id, event=job.event.event_id)
             if not reclaimed:
                 self.metrics.claimed(job)
             lease = await self._lease_for(entry, job) if reclaimed else None

@@ -5,16 +5,21 @@ queue, worker, actor, runtime, card publisher), so the test drives one signed Sl
 one encrypted Feishu mention through the real in-process bot, each to its final card, with
 every `bot` and `agent_core` logger at DEBUG (stricter than A10's INFO) and every other logger
 (slack_sdk, lark, openai, httpx) at INFO, and then scans each record whole: its formatted
-message, its arguments, any exception text and any `extra` fields.
+message, its arguments, any exception text and any `extra` fields. The JSON lines the
+processes would print for the same records (`bot.logs`, ids added from the context) are
+captured too, decoded and scanned the same way.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 
 import pytest
 from pydantic import SecretStr
 
+from bot.logs import configure_logging
 from bot.settings import Settings
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
@@ -47,8 +52,19 @@ def record_text(record: logging.LogRecord) -> str:
     )
 
 
+@pytest.fixture
+def json_lines():
+    """What the processes would print: the JSON lines of `configure_logging`'s handler."""
+    out, root = io.StringIO(), logging.getLogger()
+    level = root.level
+    handler = configure_logging("json", "DEBUG", stream=out)
+    yield out
+    root.removeHandler(handler)
+    root.setLevel(level)
+
+
 async def test_no_secret_or_raw_body_is_logged(
-    bot, fake_llm, slack_api, feishu_api, caplog
+    bot, fake_llm, slack_api, feishu_api, caplog, json_lines
 ) -> None:
     caplog.set_level(logging.INFO)  # the SDKs' and clients' loggers, at A10's level
     for name in ("bot", "agent_core"):
@@ -91,3 +107,13 @@ async def test_no_secret_or_raw_body_is_logged(
         if value in record_text(record)
     ]
     assert leaks == []
+    lines = [json.loads(line) for line in json_lines.getvalue().splitlines()]
+    assert len(lines) >= len([r for r in records if r.levelno >= logging.INFO])
+    assert any(line.get("session", "").startswith("feishu-") for line in lines)
+    json_leaks = [
+        (line["logger"], what)
+        for line in lines
+        for what, value in secrets.items()
+        if value in " ".join(str(v) for v in line.values())
+    ]
+    assert json_leaks == []
