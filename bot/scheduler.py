@@ -9,6 +9,10 @@ lock saves work rather than guarding correctness.
 Jobs: the reaper's sweep (`bot.reaper`), every `interval_s`; and the operators' scheduled jobs
 (`bot.scheduled_jobs`), which every scheduler fires without the lock: each run is claimed once
 by its id, derived from the job and its fire time.
+
+Metrics (`SchedulerMetrics`, on `GET /metrics` with `--metrics-port`) count what each sweep
+reported, fed once per tick from its `SweepReport`: the releases of this process's sweeps only,
+so a dashboard sums them over the replicas (only the leader sweeps).
 """
 
 from __future__ import annotations
@@ -23,17 +27,20 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import redis.asyncio as aioredis
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from agent_core.store import map_redis_errors
+from bot.errors import BotConfigError
 from bot.keys import BotKeys
 from bot.lease import Leases
+from bot.metrics_server import serve_metrics
 from bot.reaper import Reaper, SweepReport
 from bot.scheduled_jobs import ScheduledJobs, scheduled_jobs_from
 from bot.settings import Settings
 from bot.settle import SettleWriter
 from bot.wiring import open_clients, pricing_from
 
-__all__ = ["LeaderLock", "Scheduler", "open_scheduler"]
+__all__ = ["LeaderLock", "Scheduler", "SchedulerMetrics", "open_scheduler"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +79,51 @@ class LeaderLock:
             return bool(await self._lead(keys=[self._key], args=[self.holder, self._ttl_ms]))
 
 
+class SchedulerMetrics:
+    """What this scheduler's sweeps did, and whether it leads (own registry, like the worker's)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.interrupted = Counter(
+            "chatops_reaper_interrupted",
+            "Cards of abandoned turns the reaper finalized as interrupted",
+            registry=r,
+        )
+        self.delivered = Counter(
+            "chatops_reaper_delivered",
+            "Final card states the reaper delivered to the platform",
+            registry=r,
+        )
+        self.expired = Counter(
+            "chatops_reaper_approvals_expired",
+            "Approval requests nobody decided in time, expired by the reaper",
+            registry=r,
+        )
+        self.sweeps = Counter(
+            "chatops_reaper_sweeps",
+            "Reaper ticks by outcome (swept, not_leader, failed, timed_out)",
+            ["outcome"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "chatops_scheduler_leader",
+            "1 while this scheduler holds the leader lock (as of its last tick)",
+            registry=r,
+        )
+
+    def swept(self, report: SweepReport) -> None:
+        """Count one sweep's releases."""
+        self.sweeps.labels("swept").inc()
+        self.interrupted.inc(report.interrupted)
+        self.delivered.inc(report.delivered)
+        self.expired.inc(report.expired)
+
+    def render(self) -> bytes:
+        """The exposition body (content type `prometheus_client.CONTENT_TYPE_LATEST`)."""
+        return generate_latest(self.registry)
+
+
 class Scheduler:
     """Runs the periodic jobs while it leads."""
 
@@ -82,8 +134,11 @@ class Scheduler:
         lock: LeaderLock,
         interval_s: float,
         scheduled: ScheduledJobs | None = None,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         self._reaper = reaper
+        self.metrics = metrics or SchedulerMetrics()
+        self._leading = False
         self._lock = lock
         self.interval_s = interval_s
         self.scheduled = scheduled
@@ -97,19 +152,33 @@ class Scheduler:
             # Bounded: the client waits a stalled Redis out, and one hung tick would hold up
             # every later one (`max_instances=1`); each step of a sweep is idempotent.
             async with asyncio.timeout(max(TICK_TIMEOUT_S, 3 * self.interval_s)):
-                if not await self._lock.hold():
+                leads = await self._lock.hold()
+                self._led(leads)
+                if not leads:
+                    self.metrics.sweeps.labels("not_leader").inc()
                     return None
                 report = await self._reaper.sweep()
         except TimeoutError:
+            self.metrics.sweeps.labels("timed_out").inc()
             log.warning("reaper sweep took too long; next tick goes on with it")
             return None
         except Exception:
+            self.metrics.sweeps.labels("failed").inc()
             log.exception("reaper sweep failed; next tick retries")
             return None
+        self.metrics.swept(report)
         self.sweeps = [*self.sweeps[-9:], report]
         if report.interrupted or report.delivered:
             log.info("reaper: %d interrupted, %d delivered", report.interrupted, report.delivered)
         return report
+
+    def _led(self, leads: bool) -> None:
+        """Note whether this process leads (a change is logged: which replica sweeps)."""
+        if leads != self._leading:
+            change = "leads: it runs the reaper" if leads else "no longer leads"
+            log.info("scheduler %s %s", self._lock.holder, change)
+        self._leading = leads
+        self.metrics.leader.set(1 if leads else 0)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run the jobs until `stop` is set."""
@@ -134,12 +203,24 @@ class Scheduler:
 
 @asynccontextmanager
 async def open_scheduler(
-    settings: Settings, *, interval_s: float, redis: aioredis.Redis | None = None
+    settings: Settings,
+    *,
+    interval_s: float,
+    redis: aioredis.Redis | None = None,
+    metrics_host: str = "0.0.0.0",
+    metrics_port: int | None = None,
 ) -> AsyncIterator[Scheduler]:
     """Build the scheduler and its clients from the settings; close them afterwards.
 
+    Args:
+        settings: The configuration.
+        interval_s: Seconds between two reaper sweeps.
+        redis: A client to use instead of one from `REDIS_URL` (left open).
+        metrics_host: Address of the scheduler's `GET /metrics`.
+        metrics_port: Its port (default `CHATOPS_SCHEDULER_METRICS_PORT`); 0: not served.
+
     Raises:
-        BotConfigError: The settings cannot work.
+        BotConfigError: The settings cannot work, or the metrics port cannot be bound.
     """
     async with AsyncExitStack() as stack:
         redis, platforms = await open_clients(settings, redis, stack)
@@ -157,4 +238,26 @@ async def open_scheduler(
         scheduled = scheduled_jobs_from(
             settings, redis=redis, keys=keys, platforms=list(platforms), holder=holder
         )
-        yield Scheduler(reaper=reaper, lock=lock, interval_s=interval_s, scheduled=scheduled)
+        metrics = SchedulerMetrics()
+        port = settings.scheduler_metrics_port if metrics_port is None else metrics_port
+        if port:
+            await _serve(stack, metrics, metrics_host, port)
+        yield Scheduler(
+            reaper=reaper, lock=lock, interval_s=interval_s, scheduled=scheduled, metrics=metrics
+        )
+
+
+async def _serve(stack: AsyncExitStack, metrics: SchedulerMetrics, host: str, port: int) -> None:
+    """Serve `GET /metrics` until `stack` closes.
+
+    Raises:
+        BotConfigError: The address cannot be bound.
+    """
+
+    async def render() -> bytes:
+        return metrics.render()
+
+    try:
+        await stack.enter_async_context(serve_metrics(render, host, port))
+    except OSError as exc:
+        raise BotConfigError(f"metrics on {host}:{port}: {exc}") from exc
