@@ -18,12 +18,15 @@ import logging
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import redis.asyncio as aioredis
 
 from agent_core import Awaiting, Dispatched, RunDiagnostics, RunOutcome, Runtime
+from agent_core.errors import StoreError
 from agent_core.interrupts import ControlPlane
 from agent_core.loop import TurnRequest
+from bot.audit import DEFAULT_RETENTION_S
 from bot.card_publisher import CardPublisher, PublisherOptions
 from bot.card_record import CardRecord
 from bot.events import Platform
@@ -35,6 +38,7 @@ from bot.lease import Lease, LeaseLost, Leases
 from bot.platform import CardTarget, ChatPlatform
 from bot.progress import CardTracker
 from bot.queue import TurnJob
+from bot.runs import RunIndex
 from bot.settle import SettleWriter
 from bot.subagent_desk import SubagentDesk
 from bot.subagents import SubagentRegistry
@@ -61,6 +65,10 @@ class ActorOptions:
     publisher: PublisherOptions = field(default_factory=PublisherOptions)
     cleanup_timeout_s: float = 30.0
     """Bound of the shielded settle-and-release work on an abnormal exit."""
+    public_url: str = ""
+    """`CHATOPS_PUBLIC_URL`: a new card links to `{public_url}/runs/{turn_id}`; empty: no link."""
+    run_ttl_s: int = DEFAULT_RETENTION_S
+    """How long the linked page's index is kept (the audit's retention, `bot.runs`)."""
 
 
 class Actor:
@@ -87,9 +95,11 @@ class Actor:
         self._options = options or ActorOptions()
         self._failpoints = failpoints or Failpoints()
         self._switch = KillSwitch(redis, keys)
+        self._audit = settle.audit
         self._control = ControlPlane(redis, keys.session)
         self._takeover = Takeover(redis, keys, settle, runtime.store)
         self._followups = Followups(redis, keys)
+        self._runs = RunIndex(redis, keys, ttl_s=self._options.run_ttl_s)
         self._turns = TurnChain(
             runtime=runtime,
             keys=keys,
@@ -167,15 +177,36 @@ class Actor:
         record = CardRecord(self._redis, self._keys, job.session_id)
         publisher = self._publisher(job, lease, record)
         card = await continued_card(record, job) or ProgressCard(
-            title=event.text, turn_id=job.turn_id, thread=event.thread
+            title=event.text, turn_id=job.turn_id, thread=event.thread, link=await self._link(job)
         )
         return Chain(job, lease, CardTracker(card, publisher.show), job.turn_id), publisher
+
+    async def _link(self, job: TurnJob) -> str:
+        """The replay page of the analysis `job` starts (the ingress's `GET /runs/{turn_id}`).
+
+        Its index entry is written first; when Redis refuses it, the card goes without a link
+        (the analysis matters more than its replay page).
+        """
+        base = self._options.public_url.rstrip("/")
+        if not base:
+            return ""
+        try:
+            await self._runs.remember(job.turn_id, job.session_id)
+        except StoreError as exc:
+            log.warning("analysis %s has no replay link: %s", job.turn_id, exc)
+            return ""
+        return f"{base}/runs/{quote(job.turn_id, safe='')}"
 
     def _publisher(self, job: TurnJob, lease: Lease, record: CardRecord) -> CardPublisher:
         event = job.event
         target = CardTarget(event.platform, event.channel, event.thread)
         return CardPublisher(
-            self._platforms[event.platform], record, target, lease.token, self._options.publisher
+            self._platforms[event.platform],
+            record,
+            target,
+            lease.token,
+            self._options.publisher,
+            self._audit,
         )
 
     async def _supervised(self, chain: Chain, publisher: CardPublisher) -> ProgressCard | None:

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+from typing import TYPE_CHECKING
+
 import typer
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from bot.audit import AuditEvent
+    from bot.settings import Settings
+
 __all__ = ["app", "main"]
+
+log = logging.getLogger("bot.cli")
 
 app = typer.Typer(
     name="chatops",
@@ -12,6 +23,25 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+def _observed(process: str, *, traced: bool = True) -> Settings:
+    """The settings, with this process's logs (and traces, if configured) set up from them.
+
+    The scheduler is not `traced`: the spans are the ingress's events and the workers' turns.
+
+    Raises:
+        BotConfigError: Tracing is configured but cannot work.
+    """
+    from bot.logs import configure_logging
+    from bot.settings import Settings
+    from bot.tracing import configure_tracing
+
+    settings = Settings()
+    configure_logging(settings.log_format, settings.log_level)
+    if traced:
+        configure_tracing(settings.otel_endpoint, process=process)
+    return settings
 
 
 @app.command()
@@ -35,16 +65,25 @@ def serve(
 
     from bot.errors import BotConfigError
     from bot.ingress import create_app
-    from bot.settings import Settings
+    from bot.tracing import shutdown_tracing
 
     try:
-        application = create_app(Settings(), feishu_long_connection=feishu_long_connection)
+        settings = _observed("serve")
+        application = create_app(settings, feishu_long_connection=feishu_long_connection)
+        # log_config=None: uvicorn's loggers write through the handler `_observed` installed.
         uvicorn.run(
-            application, host=host, port=port, log_level="info", timeout_graceful_shutdown=10
+            application,
+            host=host,
+            port=port,
+            log_config=None,
+            log_level=settings.log_level.lower(),
+            timeout_graceful_shutdown=10,
         )
     except BotConfigError as exc:
-        typer.echo(f"chatops serve: {exc}", err=True)
+        log.error("chatops serve: %s", exc)
         raise typer.Exit(2) from exc
+    finally:
+        shutdown_tracing()
 
 
 @app.command()
@@ -74,26 +113,28 @@ def worker(
     safe point and continues on another worker.
     """
     import asyncio
-    import logging
     import os
     import signal
     import sys
 
     from bot.errors import BotConfigError
-    from bot.settings import Settings
+    from bot.tracing import shutdown_tracing
     from bot.wiring import open_worker
     from bot.worker import WorkerOptions
 
     def give_up() -> None:
         # Past the grace period: leave like a crash (no half-written state: the stream entries
         # stay pending and another worker takes them over once the leases expire).
-        typer.echo("chatops worker: grace period over; leaving the rest to other workers", err=True)
+        log.warning("chatops worker: grace period over; leaving the rest to other workers")
         os._exit(3)
 
     async def main() -> None:
         options = WorkerOptions(concurrency=concurrency)
         async with open_worker(
-            Settings(), options=options, metrics_host=metrics_host, metrics_port=metrics_port
+            _observed("worker"),
+            options=options,
+            metrics_host=metrics_host,
+            metrics_port=metrics_port,
         ) as running:
             loop = asyncio.get_running_loop()
 
@@ -104,18 +145,20 @@ def worker(
 
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, drain)
-            typer.echo(f"chatops worker {running.name}: reading turns", err=True)
+            log.info("chatops worker %s: reading turns", running.name)
             await running.run()
             # Drained: from here on a further SIGTERM or SIGINT stays pending, never delivered
             # (closing the loop would restore their default action, death by the signal).
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-            typer.echo(f"chatops worker {running.name}: drained", err=True)
+            log.info("chatops worker %s: drained", running.name)
 
     try:
         asyncio.run(main())
     except BotConfigError as exc:
-        typer.echo(f"chatops worker: {exc}", err=True)
+        log.error("chatops worker: %s", exc)
         raise typer.Exit(2) from exc
+    finally:
+        shutdown_tracing()  # the last turns' spans: `os._exit` below runs no atexit hook
     # Drained, and every client is closed. Freeing the interpreter's modules one by one would
     # take longer than the drain itself (lark-oapi's alone take about 0.7 s here; see
     # bench/drain.py), so the process leaves now: an idle worker is gone within 100 ms.
@@ -128,6 +171,17 @@ def worker(
 @app.command()
 def scheduler(
     interval: float = typer.Option(10.0, min=0.1, help="Seconds between two reaper sweeps."),
+    metrics_port: int | None = typer.Option(
+        None,
+        min=0,
+        max=65535,
+        help="Serve Prometheus metrics (reaper sweeps, leadership) at GET /metrics on this "
+        "port (0: off); default CHATOPS_SCHEDULER_METRICS_PORT.",
+    ),
+    metrics_host: str = typer.Option(
+        "0.0.0.0",
+        help="Address of the metrics endpoint (all interfaces: a pod is scraped from outside).",
+    ),
 ) -> None:
     """Run the periodic jobs: the card reaper (one replica leads) and scheduled jobs.
 
@@ -146,25 +200,27 @@ def scheduler(
 
     from bot.errors import BotConfigError
     from bot.scheduler import open_scheduler
-    from bot.settings import Settings
 
     async def main() -> None:
-        async with open_scheduler(Settings(), interval_s=interval) as running:
+        async with open_scheduler(
+            _observed("scheduler", traced=False),
+            interval_s=interval,
+            metrics_host=metrics_host,
+            metrics_port=metrics_port,
+        ) as running:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, stop.set)
-            typer.echo(f"chatops scheduler: reaper every {interval:g} s", err=True)
+            log.info("chatops scheduler: reaper every %g s", interval)
             for job in running.scheduled.jobs if running.scheduled else ():
-                typer.echo(
-                    f"chatops scheduler: job {job.id}: {job.cron} ({job.timezone})", err=True
-                )
+                log.info("chatops scheduler: job %s: %s (%s)", job.id, job.cron, job.timezone)
             await running.run(stop)
 
     try:
         asyncio.run(main())
     except BotConfigError as exc:
-        typer.echo(f"chatops scheduler: {exc}", err=True)
+        log.error("chatops scheduler: %s", exc)
         raise typer.Exit(2) from exc
 
 
@@ -324,6 +380,120 @@ def demo(
     from bot.demo.run import run_demo
 
     raise typer.Exit(asyncio.run(run_demo(fast=fast)))
+
+
+def _audit_of(command: str, session: str, turn: str | None) -> list[AuditEvent]:
+    """The audit events of `session` (of one analysis with `turn`), read from REDIS_URL.
+
+    Exits with status 2 when Redis is not set or cannot be read, 1 when nothing is recorded.
+    """
+    import asyncio
+
+    from agent_core import StoreError
+    from bot.audit import read_audit
+    from bot.settings import Settings
+
+    redis_url = Settings().redis_url
+    if not redis_url:
+        typer.echo(f"chatops {command}: REDIS_URL is not set", err=True)
+        raise typer.Exit(2)
+
+    async def main() -> list[AuditEvent]:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            return await read_audit(client, session, turn)
+        finally:
+            await client.aclose()
+
+    try:
+        events = asyncio.run(main())
+    except StoreError as exc:
+        typer.echo(f"chatops {command}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if not events:
+        of = f" turn {turn!r} of" if turn else ""
+        typer.echo(f"chatops {command}: nothing recorded for{of} session {session!r}", err=True)
+        raise typer.Exit(1)
+    return events
+
+
+_SESSION_HELP = "The session id, such as slack-3f9c0a1b2c3d4e5f6a7b (see `chatops status`)."
+_TURN_HELP = "Only this analysis: the turn and its follow-ups (TURN.1, TURN.1.2, …)."
+
+
+@app.command()
+def audit(
+    session: str = typer.Argument(..., help=_SESSION_HELP),
+    turn: str | None = typer.Option(None, "--turn", help=_TURN_HELP),
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl (one event per line) or table."),
+) -> None:
+    """Export a session's audit trail, in order, read from Redis.
+
+    Model requests and responses, tool calls and results (redacted, cut to 2,000 characters),
+    balance changes, cut probes, steers, stops, approvals and kill-switch actions with who did
+    them, card changes and settles. Kept CHATOPS_AUDIT_RETENTION_S after the session's last
+    event. Needs REDIS_URL. Exit status 1 when nothing is recorded.
+    """
+    import json
+
+    if fmt not in ("jsonl", "table"):
+        typer.echo(f"chatops audit: unknown format {fmt!r}: use jsonl or table", err=True)
+        raise typer.Exit(2)
+    events = _audit_of("audit", session, turn)
+    if fmt == "jsonl":
+        for event in events:
+            typer.echo(event.model_dump_json())
+        return
+    from rich.table import Table
+
+    table = Table("ts", "turn", "kind", "who", "data")
+    for event in events:
+        data = json.dumps(event.data, ensure_ascii=False)
+        table.add_row(f"{event.ts:.6f}", event.turn, event.kind, event.who, data)
+    _console().print(table)
+
+
+@app.command()
+def replay(
+    session: str = typer.Argument(..., help=_SESSION_HELP),
+    turn: str | None = typer.Option(None, "--turn", help=_TURN_HELP),
+    html: str | None = typer.Option(
+        None,
+        "--html",
+        metavar="FILE",
+        help="Write a self-contained page with the picture (lanes, the balance curve, cut "
+        "markers) to this file instead.",
+    ),
+) -> None:
+    """Replay an analysis as a timeline: model, tools, people and system lanes, cuts marked.
+
+    One row per audit event: seconds since the first, the lane, what happened, and the balance
+    of open tool calls after it; each cut probe shows the signal it took. Needs REDIS_URL.
+    With --html, the same as one HTML page that needs nothing else (no script, no network).
+    """
+    events = _audit_of("replay", session, turn)
+    if html is not None:
+        from pathlib import Path
+
+        from bot.replay_html import render_html
+
+        Path(html).write_text(render_html(events), encoding="utf-8")
+        typer.echo(f"chatops replay: wrote {html}", err=True)
+        return
+    from bot.replay_text import render_timeline
+
+    _console().print(render_timeline(events, title=f"{session} {turn or ''}".strip()))
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        out.width = 10_000  # piped or redirected: whole lines, for grep
+    return out
 
 
 def main() -> None:

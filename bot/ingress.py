@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 
 from agent_core.errors import StoreError
 from bot.adapters.console import parse_console, verify_console
 from bot.adapters.slack import SlackIdentity, parse_slack, verify_slack
 from bot.approval_desk import ApprovalDesk
+from bot.audit import AuditLog
 from bot.errors import (
     BodyTooLarge,
     BotConfigError,
@@ -39,6 +40,7 @@ from bot.intake import Intake
 from bot.killswitch import KillSwitch, KillSwitchDesk
 from bot.metrics import IngressMetrics
 from bot.queue import Queue
+from bot.runs import replay_page
 from bot.settings import Settings
 
 if TYPE_CHECKING:  # lark_oapi is imported only when Feishu is configured
@@ -73,13 +75,14 @@ class Ingress:
     intake: Intake = field(init=False)
 
     def __post_init__(self) -> None:
+        audit = AuditLog.from_settings(self.redis, self.queue.keys, self.settings)
         desk = ApprovalDesk(
-            self.redis, self.queue.keys, self.settings.responder_ids, clock=self.clock
+            self.redis, self.queue.keys, self.settings.responder_ids, self.clock, audit
         )
         switch_desk = KillSwitchDesk(
-            KillSwitch(self.redis, self.queue.keys), self.settings.admin_ids
+            KillSwitch(self.redis, self.queue.keys, audit), self.settings.admin_ids
         )
-        self.intake = Intake(self.queue, desk, switch_desk, self.redis)
+        self.intake = Intake(self.queue, desk, switch_desk, self.redis, audit)
 
     async def forget_nonce(self, nonce: str) -> None:
         """Drop a recorded nonce (best effort: Redis just failed us once already)."""
@@ -243,6 +246,7 @@ def _routes(app: FastAPI) -> None:
     app.add_route("/feishu/events", feishu_events, methods=["POST"])
     app.add_route("/feishu/card", feishu_card, methods=["POST"])
     app.add_route("/console/events", _console, methods=["POST"])
+    app.add_route("/runs/{turn_id}", _run_page, methods=["GET"])
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -264,6 +268,33 @@ def _routes(app: FastAPI) -> None:
         await _observe_analyses(ingress)
         body, content_type = ingress.metrics.render()
         return PlainTextResponse(body, media_type=content_type)
+
+
+_PAGE_HEADERS = {
+    # The page is self-contained and runs no script; these say so to the browser, so even a
+    # rendering bug cannot make audit text (model and tool output) act as markup that loads.
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+async def _run_page(request: Request) -> Response:
+    """The replay page of one analysis (`bot.runs`); 404 unless `CHATOPS_PUBLIC_URL` is set."""
+    ingress: Ingress = request.app.state.ingress
+    turn_id = str(request.path_params["turn_id"])
+    if not ingress.settings.public_url:
+        return JSONResponse({"error": "replay pages are not enabled"}, status_code=404)
+    try:
+        async with asyncio.timeout(_REDIS_CALL_S):
+            page = await replay_page(ingress.redis, turn_id, ingress.queue.keys)
+    except (StoreError, TimeoutError) as exc:
+        log.warning("replay page of %s not read: %s", turn_id, exc)
+        return _unavailable()
+    if page is None:
+        return JSONResponse({"error": "no such run"}, status_code=404)
+    return HTMLResponse(page, headers=_PAGE_HEADERS)
 
 
 async def _observe_analyses(ingress: Ingress) -> None:

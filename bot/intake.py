@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -20,12 +21,14 @@ import redis.asyncio as aioredis
 from agent_core.errors import StoreError
 from agent_core.store import map_redis_errors
 from bot.approval_desk import ApprovalDesk, Press
+from bot.audit import AuditEvent, AuditLog, clip
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent, EventKind
 from bot.killswitch import KillSwitchDesk, SwitchAnswer
 from bot.queue import Queue, Route
 from bot.routing import route_event
 from bot.subagents import SubagentRegistry
+from bot.tracing import taking
 
 __all__ = ["FORGET_TIMEOUT_S", "Intake", "Taken"]
 
@@ -60,9 +63,11 @@ class Intake:
         desk: ApprovalDesk,
         switch_desk: KillSwitchDesk,
         redis: aioredis.Redis,
+        audit: AuditLog | None = None,
     ) -> None:
         self.queue = queue
         self._redis = redis
+        self._audit = audit or AuditLog(redis, queue.keys)
         self._desk = desk
         self._switch_desk = switch_desk
 
@@ -72,7 +77,16 @@ class Intake:
         Raises:
             QueueUnavailable, StoreError: Redis could not take it (the platform should retry).
         """
+        with taking(event) as observed:
+            taken = await self._take(event)
+            observed.taken(taken.outcome)
+            return taken
+
+    async def _take(self, event: ChatEvent) -> Taken:
+        arrived = time.time()  # before the write: a worker may cut on it before we return
         outcome = await route_event(self.queue, event)
+        if outcome in (Route.STEER.value, Route.STOP.value):
+            await self._audit_person(event, outcome, arrived)
         if outcome == Route.STOP.value:
             await self._stop_tree(event)
         try:
@@ -85,6 +99,20 @@ class Intake:
                 await asyncio.shield(self._forget(event))
             raise
         return Taken(outcome)
+
+    async def _audit_person(self, event: ChatEvent, outcome: str, arrived: float) -> None:
+        """Record who steered or stopped (a Stop button names its turn; typed text does not)."""
+        steer = outcome == Route.STEER.value
+        stop_turn = event.action_value if event.kind is EventKind.ACTION else ""
+        audited = AuditEvent(
+            ts=arrived,
+            session=event.session_id,
+            turn="" if steer else stop_turn,
+            kind="steer" if steer else "stop",
+            who=event.author,
+            data={"text": clip(event.text)} if steer else {},
+        )
+        await self._audit.record(audited)
 
     async def _stop_tree(self, event: ChatEvent) -> None:
         """A stop reaches the analysis's sub-agents at once.

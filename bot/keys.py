@@ -113,6 +113,10 @@ class BotKeys:
         """Stream of the session's audit trail, one JSON `bot.audit.AuditEvent` per entry."""
         return f"{self.session.session_prefix(session_id)}:audit"
 
+    def run(self, turn_id: str) -> str:
+        """The session of the analysis `turn_id` starts (`bot.runs`: its replay page's index)."""
+        return f"{self.prefix}:run:{turn_id}"
+
     def stopped_at(self, session_id: str) -> str:
         """Platform time of the session's latest stop: requests sent before it never start."""
         return f"{self.session.session_prefix(session_id)}:stopped-at"

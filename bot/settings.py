@@ -9,6 +9,8 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.logs import LogFormat, LogLevel
+
 __all__ = ["Settings"]
 
 
@@ -100,9 +102,33 @@ class Settings(BaseSettings):
     )
     """Port of a worker's `GET /metrics` (Prometheus); 0: not served. `chatops worker
     --metrics-port` overrides it, `--metrics-host` sets the address (default all interfaces)."""
+    public_url: str = Field(default="", validation_alias="CHATOPS_PUBLIC_URL")
+    """The ingress's address as people reach it (e.g. `https://chatops.example.com`): the
+    ingress serves each analysis's replay page at `GET /runs/{turn_id}` and every card links to
+    it. Unset or empty: no replay pages and no links (the page shows tool results)."""
+    audit_maxlen: int = Field(default=10_000, ge=1, validation_alias="CHATOPS_AUDIT_MAXLEN")
+    """Audit events kept per session (the oldest are trimmed, approximately)."""
+    audit_retention_s: int = Field(
+        default=30 * 24 * 3600, ge=1, validation_alias="CHATOPS_AUDIT_RETENTION_S"
+    )
+    """How long a session's audit trail outlives its last event (seconds)."""
     scheduled_jobs: str = Field(default="", validation_alias="CHATOPS_SCHEDULED_JOBS")
     """A JSON list of cron jobs `chatops scheduler` runs as ordinary turns (format in
     `bot.scheduled_jobs.ScheduledJob`); empty: none."""
+    scheduler_metrics_port: int = Field(
+        default=0, ge=0, le=65_535, validation_alias="CHATOPS_SCHEDULER_METRICS_PORT"
+    )
+    """Port of the scheduler's `GET /metrics` (reaper sweeps, leadership); 0: not served.
+    `chatops scheduler --metrics-port` overrides it."""
+    log_format: LogFormat = Field(default="json", validation_alias="CHATOPS_LOG_FORMAT")
+    """`json`: one JSON object per line (`bot.logs`); `text`: plain lines for a terminal."""
+    log_level: LogLevel = Field(default="INFO", validation_alias="CHATOPS_LOG_LEVEL")
+    """The lowest level logged, for every logger (case-insensitive)."""
+    otel_endpoint: str | None = Field(default=None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    """OpenTelemetry's standard variable: the base URL of an OTLP/HTTP collector (traces go to
+    `{endpoint}/v1/traces`). Unset or empty: no traces, and OpenTelemetry is never imported. The
+    exporter reads the other standard `OTEL_EXPORTER_OTLP_*` variables (headers, timeout)
+    itself. Needs the `chatops[otel]` extra."""
 
     @property
     def responder_ids(self) -> frozenset[str]:
@@ -114,8 +140,14 @@ class Settings(BaseSettings):
         """`CHATOPS_ADMINS` as a set of user ids."""
         return frozenset(part.strip() for part in self.admins.split(",") if part.strip())
 
-    @field_validator("console_token", mode="before")
+    @field_validator("console_token", "otel_endpoint", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         """`CHATOPS_CONSOLE_TOKEN=` (as in `.env.example`) leaves the console off."""
         return None if value == "" else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_upper(cls, value: object) -> object:
+        """`CHATOPS_LOG_LEVEL=debug` is DEBUG."""
+        return value.upper() if isinstance(value, str) else value

@@ -38,6 +38,7 @@ from agent_core.interrupts import Signal, TurnSignals, checkpoint
 from agent_core.loop import TurnRequest
 from agent_core.tools.base import Risk
 from agent_core.tools.subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH
+from bot.audit import TurnAudit
 from bot.events import ChatEvent, Platform
 from bot.followups import Followups
 from bot.keys import BotKeys
@@ -46,6 +47,7 @@ from bot.progress import CardTracker
 from bot.queue import TurnJob
 from bot.settle import Settled, SettleWriter, verdict_of
 from bot.subagent_desk import SubagentDesk
+from bot.tracing import traced_turn
 from cards.model import CardStatus, ProgressCard
 
 __all__ = ["Chain", "TurnChain"]
@@ -93,6 +95,7 @@ class TurnChain:
         self._runtime = runtime
         self._keys = keys
         self._settle = settle
+        self._audit = settle.audit
         self._followups = followups
         self._remedy_rungs = remedy_rungs
         self._max_turns = max_turns
@@ -185,8 +188,15 @@ class TurnChain:
         if self._draining:
             signals.raise_local(Signal.DRAIN)
         self._live[chain.job.session_id] = signals
+        audit = TurnAudit(self._audit, session, chain.turn_id)
+        await audit.start(len(inputs))
         try:
-            return await self._runtime.run(request, signals, sink=chain.tracker.sink)
+            with audit.current():
+                sink = audit.before(chain.tracker.sink)
+                run = self._runtime.run(request, signals, sink=sink)
+                outcome = await traced_turn(request, chain.job.event, run)
+            await audit.finish(outcome.diagnostics)
+            return outcome
         finally:
             self._live.pop(chain.job.session_id, None)
             self._subagents.done(session)

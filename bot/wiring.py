@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -25,6 +26,7 @@ from agent_core.tools.prometheus import prometheus_tool
 from agent_core.tools.shell import CommandAllowlist, shell_tool
 from agent_core.tools.subagents import subagent_tools
 from bot.actor import Actor, ActorOptions
+from bot.audit import AuditedModel, AuditLog
 from bot.errors import BotConfigError
 from bot.events import Platform
 from bot.failpoints import Failpoints
@@ -272,8 +274,9 @@ async def open_worker(
                 raise BotConfigError(f"CHATOPS_MCP_SERVERS: {exc}") from exc
             tools.extend(await open_mcp_tools(mcp_servers, stack))
         toolset = failpoints.toolset(guarded(Toolset.of(tools)))
+        audit = AuditLog.from_settings(redis, keys, settings)
         runtime = Runtime(
-            model=model,
+            model=AuditedModel(model),
             redis=redis,
             toolset=toolset,
             instructions=INSTRUCTIONS,
@@ -295,9 +298,13 @@ async def open_worker(
             redis=redis,
             keys=keys,
             leases=leases,
-            settle=SettleWriter(redis, keys, pricing_from(settings), metrics),
+            settle=SettleWriter(redis, keys, pricing_from(settings), metrics, audit),
             platforms=platforms,
-            options=actor_options,
+            options=replace(
+                actor_options or ActorOptions(),
+                public_url=settings.public_url,
+                run_ttl_s=settings.audit_retention_s,
+            ),
             failpoints=failpoints,
             subagents=subagents,
         )
