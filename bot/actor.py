@@ -187,15 +187,13 @@ class Actor:
         Its index entry is written first; when Redis refuses it, the card goes without a link
         (the analysis matters more than its replay page).
         """
-        base = self._options.public_url.rstrip("/")
-        if not base:
-            return ""
-        try:
+        try:  # also what `chatops replay TURN` looks the session up by
             await self._runs.remember(job.turn_id, job.session_id)
         except StoreError as exc:
             log.warning("analysis %s has no replay link: %s", job.turn_id, exc)
             return ""
-        return f"{base}/runs/{quote(job.turn_id, safe='')}"
+        base = self._options.public_url.rstrip("/")
+        return f"{base}/runs/{quote(job.turn_id, safe='')}" if base else ""
 
     def _publisher(self, job: TurnJob, lease: Lease, record: CardRecord) -> CardPublisher:
         event = job.event

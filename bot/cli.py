@@ -401,9 +401,16 @@ def _audit_of(command: str, session: str, turn: str | None) -> list[AuditEvent]:
     async def main() -> list[AuditEvent]:
         import redis.asyncio as aioredis
 
+        from bot.runs import RunIndex
+
         client = aioredis.Redis.from_url(redis_url)
         try:
-            return await read_audit(client, session, turn)
+            events = await read_audit(client, session, turn)
+            if not events and turn is None:  # a turn id instead: the analysis it started
+                found = await RunIndex(client).session_of(session)
+                if found is not None:
+                    events = await read_audit(client, found, session)
+            return events
         finally:
             await client.aclose()
 
@@ -419,7 +426,10 @@ def _audit_of(command: str, session: str, turn: str | None) -> list[AuditEvent]:
     return events
 
 
-_SESSION_HELP = "The session id, such as slack-3f9c0a1b2c3d4e5f6a7b (see `chatops status`)."
+_SESSION_HELP = (
+    "The session id, such as slack-3f9c0a1b2c3d4e5f6a7b (see `chatops status`), or the turn "
+    "id an analysis started with (its card's Replay link ends with it)."
+)
 _TURN_HELP = "Only this analysis: the turn and its follow-ups (TURN.1, TURN.1.2, …)."
 
 

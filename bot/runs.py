@@ -2,8 +2,8 @@
 
 A card links to its analysis by the turn id that started it, but the audit is kept per session.
 `RunIndex` maps that turn id to its session: the worker writes it when it opens the analysis's
-card (only when `CHATOPS_PUBLIC_URL` is set, as only then does a card link to a page), with the
-audit's retention as its expiry, so a page outlives neither its audit nor its purpose.
+card, with the audit's retention as its expiry, so a page outlives neither its audit nor its
+purpose. `chatops replay TURN` finds the analysis the same way.
 """
 
 from __future__ import annotations

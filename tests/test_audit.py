@@ -182,6 +182,9 @@ async def test_the_cli_exports_jsonl_that_round_trips_and_replays_lanes_and_cuts
     assert "✂ cut at start: -" in out
     assert f"steer: {STEER} (by {sg.SLACK_USER_ID})" in out
     assert "settled stopped" in out
+    by_turn = await invoke("replay", root)  # the turn id alone: `chatops replay <session|turn>`
+    assert by_turn.exit_code == 0, by_turn.output
+    assert "✂ cut at batch_closed: steer" in by_turn.output and "settled stopped" in by_turn.output
 
     table = await invoke("audit", session, "--format", "table")
     assert table.exit_code == 0 and "model_request" in table.output
