@@ -47,6 +47,7 @@ from bot.progress import CardTracker
 from bot.queue import TurnJob
 from bot.settle import Settled, SettleWriter, verdict_of
 from bot.subagent_desk import SubagentDesk
+from bot.subagents import ChildState
 from bot.tracing import traced_turn
 from cards.model import CardStatus, ProgressCard
 
@@ -289,7 +290,9 @@ class TurnChain:
         ):
             return False
         children = await self._registry.children(chain.job.session_id)
-        return any(not c.state.is_final for c in children)
+        # Only children at work: one waiting for an answer the parent did not give is moot
+        # (it is stopped with the analysis), and waiting for it would wake the parent again.
+        return any(c.state in (ChildState.PENDING, ChildState.RUNNING) for c in children)
 
     async def stop_children_of(self, session_id: str, by: str) -> None:
         """Stop the session's sub-agents, if it has any still working (an analysis ended)."""

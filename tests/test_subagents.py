@@ -361,3 +361,24 @@ async def test_a_childs_first_card_already_final_is_its_report(redis_client) -> 
     assert child is not None and child.state is ChildState.FAILED
     inbox = await redis_client.lrange(BotKeys().inbox(session_of(parent)), 0, -1)
     assert len(inbox) == 1 and b"Report from sub-agent" in inbox[0]
+
+
+async def test_a_parent_that_ignores_a_question_ends_and_the_asker_is_stopped(
+    bot, fake_llm, slack_api, redis_client
+) -> None:
+    def reply(messages: list[dict[str, Any]]) -> fp.Reply:
+        if PARENT_TASK in task_of(messages):
+            if said(messages, "asks:"):
+                return fp.TextReply("No need: the gateway is fine, I checked the status page.")
+            return fp.ToolCallsReply([fp.ToolCall("dispatch_subagent", {"task": PARTS[0]})])
+        return fp.ToolCallsReply([fp.ToolCall("ask_parent", {"question": "which region?"})])
+
+    fake_llm.respond_with(reply)
+    thread = sg.slack_ts()
+    await start(bot, thread)
+    await bot.worker.wait_finished(4)  # parent, child, parent answering, the child's end
+    assert "the gateway is fine" in card_text(final_card(slack_api, thread))
+    (child,) = await SubagentRegistry(redis_client).children(session_of(thread))
+    assert child.state is ChildState.CANCELLED
+    assert len(parent_requests(fake_llm)) == 2  # the answer ended it: no wake-up loop
+    assert len(child_requests(fake_llm)) == 1
