@@ -73,6 +73,32 @@ def needs_approval(call: ToolCall, toolset: Toolset) -> bool:
     return True
 
 
+class _CallContext:
+    """The turn's context as one call sees it: with that call's id."""
+
+    def __init__(self, turn: ToolContext, call_id: str) -> None:
+        self._turn = turn
+        self._call_id = call_id
+
+    @property
+    def session_id(self) -> str:
+        return self._turn.session_id
+
+    @property
+    def turn_id(self) -> str:
+        return self._turn.turn_id
+
+    @property
+    def call_id(self) -> str:
+        return self._call_id
+
+    def raise_dispatch(self) -> None:
+        self._turn.raise_dispatch()
+
+    def raise_await(self) -> None:
+        self._turn.raise_await()
+
+
 class _DeadlinePassed(TimeoutError):
     """The call ran past its tool's `timeout_s`: answered as a timeout, never retried.
 
@@ -182,6 +208,7 @@ async def _answer_one(
     done: asyncio.Queue[ToolMessage],
     approved: frozenset[str],
 ) -> None:
+    ctx = _CallContext(ctx, call.id)
     tool = toolset.get(call.name)
     if tool is None:
         offered = ", ".join(sorted(t.name for t in toolset)) or "none"

@@ -121,6 +121,7 @@ class _TurnContext:
     session_id: str
     turn_id: str
     signals: TurnSignals
+    call_id: str = ""
 
     def raise_dispatch(self) -> None:
         self.signals.raise_local(Signal.DISPATCH)

@@ -64,7 +64,9 @@ class SubagentDesk:
         event = self._event(ctx)
         if event.platform is Platform.SUBAGENT:
             raise ToolFailed("a sub-agent cannot dispatch sub-agents of its own")
-        record = await self._registry.dispatch(event, ctx.session_id, ctx.turn_id, task)
+        record = await self._registry.dispatch(
+            event, ctx.session_id, ctx.turn_id, task, call_id=ctx.call_id
+        )
         if record is None:
             raise ToolFailed("the analysis was stopped: no sub-agent was created")
         return record.child_id

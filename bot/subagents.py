@@ -24,6 +24,7 @@ calling the model. No report of a stopped tree reaches the parent's inbox or wak
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import Sequence
@@ -99,7 +100,9 @@ def child_event(parent: ChatEvent, parent_session: str, child_id: str, task: str
 
 # KEYS: registry, turns stream, child's open turns, parents index, tree-stopped marker.
 # ARGV: child id, record, job, child turn, ttl, parent session.
+# Once per child id: a dispatch run again (its batch resumed after a crash) finds its child.
 _DISPATCH = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 2 end
 if redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
@@ -214,11 +217,24 @@ class SubagentRegistry:
         self._stop_child = redis.register_script(_STOP_CHILD)
 
     async def dispatch(
-        self, parent: ChatEvent, parent_session: str, parent_turn: str, task: str
+        self,
+        parent: ChatEvent,
+        parent_session: str,
+        parent_turn: str,
+        task: str,
+        call_id: str = "",
     ) -> ChildRecord | None:
-        """Create a child and queue its analysis; None when the parent's tree was stopped."""
+        """Create a child and queue its analysis; None when the parent's tree was stopped.
+
+        With `call_id` (the dispatching call), the child's id derives from the call: the call
+        run again (a resumed batch) gets the child it created, which is not queued twice.
+        """
         k = self._keys
-        child_id = f"sub-{uuid.uuid4().hex[:10]}"
+        if call_id:
+            seed = f"{parent_session}\x1f{parent_turn}\x1f{call_id}".encode()
+            child_id = f"sub-{hashlib.sha256(seed).hexdigest()[:10]}"
+        else:
+            child_id = f"sub-{uuid.uuid4().hex[:10]}"
         event = child_event(parent, parent_session, child_id, task)
         session = event.session_id
         now = time.time()
@@ -250,6 +266,8 @@ class SubagentRegistry:
                     parent_session,
                 ],
             )
+        if created == 2:
+            return await self.child(parent_session, child_id)
         return record if created else None
 
     async def children(self, parent_session: str) -> list[ChildRecord]:

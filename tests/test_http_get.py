@@ -18,6 +18,7 @@ from tests.fakes.service import SlowService
 class Ctx:
     session_id = "s"
     turn_id = "t"
+    call_id = ""
 
     def raise_dispatch(self) -> None:
         raise AssertionError

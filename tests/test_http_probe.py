@@ -42,6 +42,7 @@ _ANSWERS = {
 class Ctx:
     session_id = "s"
     turn_id = "t"
+    call_id = ""
 
     def raise_dispatch(self) -> None:
         raise AssertionError

@@ -128,6 +128,7 @@ def server(request: pytest.FixtureRequest, journal: Path) -> ServerFactory:
 class Ctx:
     session_id = SESSION
     turn_id = "t1"
+    call_id = ""
 
     def raise_dispatch(self) -> None:
         raise AssertionError

@@ -30,6 +30,7 @@ NOW = DOWN_AT + 600
 class Ctx:
     session_id = "s"
     turn_id = "t"
+    call_id = ""
 
     def raise_dispatch(self) -> None:
         raise AssertionError

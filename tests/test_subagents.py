@@ -382,3 +382,27 @@ async def test_a_parent_that_ignores_a_question_ends_and_the_asker_is_stopped(
     assert child.state is ChildState.CANCELLED
     assert len(parent_requests(fake_llm)) == 2  # the answer ended it: no wake-up loop
     assert len(child_requests(fake_llm)) == 1
+
+
+async def test_a_dispatch_run_again_by_a_resumed_batch_gets_the_child_it_made(
+    redis_client,
+) -> None:
+    registry = SubagentRegistry(redis_client)
+    parent = sg.slack_ts()
+    event = ChatEvent(
+        platform=Platform.SLACK,
+        event_id=f"Ev{parent}",
+        workspace=sg.SLACK_TEAM_ID,
+        channel=sg.SLACK_CHANNEL_ID,
+        thread=parent,
+        message_id=parent,
+        author=sg.SLACK_USER_ID,
+    )
+    before = await redis_client.xlen(BotKeys().turns_stream)
+    first = await registry.dispatch(event, session_of(parent), "turn-p", "check it", "call_1")
+    again = await registry.dispatch(event, session_of(parent), "turn-p", "check it", "call_1")
+    other = await registry.dispatch(event, session_of(parent), "turn-p", "check it", "call_2")
+    assert first is not None and again is not None and other is not None
+    assert again.child_id == first.child_id != other.child_id
+    assert len(await registry.children(session_of(parent))) == 2
+    assert await redis_client.xlen(BotKeys().turns_stream) == before + 2  # queued once each

@@ -22,6 +22,7 @@ SECRET = "xoxb-" + "1111111111-2222222222-" + "SecretSecretSecret"
 class _Ctx:
     session_id = "s"
     turn_id = "t"
+    call_id = ""
 
     def raise_dispatch(self) -> None:
         pass

@@ -100,6 +100,11 @@ class ToolContext(Protocol):
         """The turn the call belongs to."""
         ...
 
+    @property
+    def call_id(self) -> str:
+        """The call being run: the same when a resumed batch runs it again ("" outside one)."""
+        ...
+
     def raise_dispatch(self) -> None:
         """Ask the turn to end at the next cut because work was handed to sub-agents."""
         ...

@@ -34,6 +34,9 @@ class SubagentPort(Protocol):
     async def dispatch(self, ctx: ToolContext, task: str) -> str:
         """Create a child for `task` in the caller's session; its id.
 
+        Keyed on `ctx.call_id`: the same call run again (a resumed batch) gets the child it
+        created, which is not queued a second time.
+
         Raises:
             ToolFailed: No child can be created (the analysis was stopped, say).
         """
@@ -66,8 +69,9 @@ def _text(args: Mapping[str, Any], name: str) -> str:
 def subagent_tools(port: SubagentPort) -> list[Tool]:
     """The three tools, bound to `port`.
 
-    They run to their end once started (a half-made dispatch would be worse than a whole one)
-    and are never retried (a second dispatch is a second child).
+    A dispatch is keyed on its call (`SubagentPort.dispatch`), so a resumed batch may run it
+    again and gets the same child; the question and the answer run to their end once started
+    and are never run twice.
     """
 
     async def dispatch(args: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -89,7 +93,14 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
         ctx.raise_dispatch()  # back to waiting for the children's reports
         return f"answer sent to sub-agent {child}; its report arrives as a message"
 
-    def tool(name: str, description: str, fields: Mapping[str, str], handler: Any) -> Tool:
+    def tool(
+        name: str,
+        description: str,
+        fields: Mapping[str, str],
+        handler: Any,
+        *,
+        rerunnable: bool = False,
+    ) -> Tool:
         return Tool(
             name=name,
             description=description,
@@ -101,8 +112,10 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
             },
             handler=handler,
             risk=Risk.READ_ONLY,
-            idempotent=False,
-            interruptibility=Interruptibility.MUST_COMPLETE,
+            idempotent=rerunnable,
+            interruptibility=(
+                Interruptibility.ABORTABLE if rerunnable else Interruptibility.MUST_COMPLETE
+            ),
             timeout_s=10.0,
         )
 
@@ -114,6 +127,9 @@ def subagent_tools(port: SubagentPort) -> list[Tool]:
             "come back to you as messages.",
             {"task": "What the sub-agent should find out, self-contained."},
             dispatch,
+            # The port keys the child on the call: a resumed batch runs it again and gets the
+            # same child back, rather than "in doubt" and a second child from the model.
+            rerunnable=True,
         ),
         tool(
             ASK_PARENT,
