@@ -188,7 +188,9 @@ async def _scenario(url: str, drawn: list[Any], faults: list[str | None]) -> dic
     strikes = Strikes(plan=plan, session=job.session_id, redis=redis)
     model = ScriptedModel(script=_script(drawn, plan))
     platform = RecordingPlatform(faults=list(faults))
-    leases = Leases(redis, KEYS, ttl_s=0.3)
+    # Long enough that only the drawn strikes take the lease: a lapse from a slow machine
+    # leaves a turn claimed but never begun, for a worker's takeover this harness has not got.
+    leases = Leases(redis, KEYS, ttl_s=5.0)
     settle = SettleWriter(redis, KEYS)
     runtime = Runtime(model=model, redis=redis, toolset=_toolset(strikes))
     options = ActorOptions(
