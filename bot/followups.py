@@ -88,6 +88,26 @@ return 1
 """
 
 
+# KEYS: open turns, the parked continuation job, the turns stream, the bell.
+# ARGV: the tombstone key prefix (the key of turn ""), who stopped, tombstone ttl.
+# Stops an analysis that waits holding no lease (for approvals, sub-agents or a parent's
+# answer): its open turns are tombstoned and rung, and its parked continuation is queued, so
+# it runs, answers what waits "interrupted" and ends without the model. Returns the turns.
+_STOP_WAITING = """
+local turns = redis.call('SMEMBERS', KEYS[1])
+for _, turn in ipairs(turns) do
+  redis.call('SET', ARGV[1] .. turn, ARGV[2], 'EX', ARGV[3])
+  redis.call('RPUSH', KEYS[4], 'stop:' .. turn)
+end
+local job = redis.call('GET', KEYS[2])
+if job then
+  redis.call('XADD', KEYS[3], '*', 'job', job)
+  redis.call('DEL', KEYS[2])
+end
+return turns
+"""
+
+
 class Followups:
     """Reads and writes the follow-up bookkeeping of every session of a worker."""
 
@@ -97,6 +117,7 @@ class Followups:
         self._open = redis.register_script(_OPEN_TURN)
         self._hand_over = redis.register_script(_HAND_OVER)
         self._await = redis.register_script(_AWAIT)
+        self._stop_waiting = redis.register_script(_STOP_WAITING)
 
     async def tombstoned(self, job: TurnJob) -> bool:
         """Whether the job's turn was stopped before it started."""
@@ -166,6 +187,21 @@ class Followups:
             )
         if not parked:
             raise LeaseLost(f"awaiting {job.turn_id} fenced (token {lease.token} is stale)")
+
+    async def stop_waiting(self, session_id: str, by: str) -> list[str]:
+        """Stop the session's analysis that waits holding no lease; the turns tombstoned."""
+        k = self._keys
+        with map_redis_errors("stop a waiting analysis"):
+            turns: list[bytes | str] = await self._stop_waiting(
+                keys=[
+                    k.open_turns(session_id),
+                    k.awaiting(session_id),
+                    k.turns_stream,
+                    k.session.bell(session_id),
+                ],
+                args=[k.session.tombstone(session_id, ""), by, TOMBSTONE_TTL_S],
+            )
+        return [t.decode() if isinstance(t, bytes) else t for t in turns]
 
     async def peek_steers(self, session_id: str) -> list[tuple[str, str]]:
         """The steers queued for the session, as (author, text), left in place."""

@@ -28,11 +28,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from agent_core.interrupts import TOMBSTONE_TTL_S, ControlPlane
+from agent_core.interrupts import ControlPlane
 from agent_core.store import map_redis_errors
 from bot.audit import AuditEvent, AuditLog
 from bot.control_commands import KILL_SWITCH_INTENTS, ControlIntent, parse_control
 from bot.events import ChatEvent
+from bot.followups import Followups
 from bot.keys import BotKeys
 from bot.steer_policy import Action, Role, may
 from bot.subagents import SubagentRegistry
@@ -40,25 +41,6 @@ from bot.subagents import SubagentRegistry
 __all__ = ["KillSwitch", "KillSwitchDesk", "SwitchAnswer", "SwitchOutcome", "SwitchState"]
 
 log = logging.getLogger(__name__)
-
-
-# KEYS: open turns, the parked continuation job, the turns stream, the bell.
-# ARGV: the tombstone key prefix (the key of turn "" ), who stopped, tombstone ttl.
-# Tombstones the open turns of an analysis waiting for approvals and queues its parked
-# continuation (when it is parked: one the desk already queued is tombstoned all the same).
-_STOP_WAITING = """
-local turns = redis.call('SMEMBERS', KEYS[1])
-for _, turn in ipairs(turns) do
-  redis.call('SET', ARGV[1] .. turn, ARGV[2], 'EX', ARGV[3])
-  redis.call('RPUSH', KEYS[4], 'stop:' .. turn)
-end
-local job = redis.call('GET', KEYS[2])
-if job then
-  redis.call('XADD', KEYS[3], '*', 'job', job)
-  redis.call('DEL', KEYS[2])
-end
-return turns
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +69,7 @@ class KillSwitch:
         self.audit = audit or AuditLog(redis, self._keys)
         """Each session it stops records who pulled it there."""
         self._control = ControlPlane(redis, self._keys.session)
-        self._stop_waiting = redis.register_script(_STOP_WAITING)
+        self._followups = Followups(redis, self._keys)
 
     async def state(self) -> SwitchState:
         """The switch's state (one GET)."""
@@ -130,18 +112,8 @@ class KillSwitch:
             due: Any = await self._redis.zrange(k.session.approvals_due, 0, -1)
         stopped = []
         for session in dict.fromkeys([*map(_text, due), *parents]):
-            keys = [
-                k.open_turns(session),
-                k.awaiting(session),
-                k.turns_stream,
-                k.session.bell(session),
-            ]
-            with map_redis_errors("stop a waiting analysis"):
-                turns: Any = await self._stop_waiting(
-                    keys=keys,
-                    args=[k.session.tombstone(session, ""), stopper, TOMBSTONE_TTL_S],
-                )
-            stopped += [f"{session}/{t.decode() if isinstance(t, bytes) else t}" for t in turns]
+            turns = await self._followups.stop_waiting(session, stopper)
+            stopped += [f"{session}/{turn}" for turn in turns]
         return stopped
 
     async def release(self) -> bool:

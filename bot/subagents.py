@@ -33,9 +33,9 @@ from enum import StrEnum
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
 
-from agent_core.interrupts import TOMBSTONE_TTL_S
 from agent_core.store import TURN_KEY_TTL_S, map_redis_errors
 from bot.events import AuthorKind, ChatEvent, Platform
+from bot.followups import Followups
 from bot.keys import BotKeys
 from bot.queue import TurnJob
 
@@ -189,21 +189,6 @@ redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[3])
 return 1
 """
 
-# KEYS: child's open turns, child's parked job, turns stream, child's bell.
-# ARGV: tombstone key prefix (the key of turn ""), who stopped, tombstone ttl.
-_STOP_CHILD = """
-for _, turn in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  redis.call('SET', ARGV[1] .. turn, ARGV[2], 'EX', ARGV[3])
-  redis.call('RPUSH', KEYS[4], 'stop:' .. turn)
-end
-local job = redis.call('GET', KEYS[2])
-if job then
-  redis.call('XADD', KEYS[3], '*', 'job', job)
-  redis.call('DEL', KEYS[2])
-end
-return 1
-"""
-
 
 class SubagentRegistry:
     """Creates children, moves them through their lifecycle, and stops whole trees."""
@@ -214,7 +199,7 @@ class SubagentRegistry:
         self._dispatch = redis.register_script(_DISPATCH)
         self._move = redis.register_script(_MOVE.replace("@TTL@", str(TURN_KEY_TTL_S)))
         self._park = redis.register_script(_PARK)
-        self._stop_child = redis.register_script(_STOP_CHILD)
+        self._followups = Followups(redis, self._keys)
 
     async def dispatch(
         self,
@@ -402,19 +387,11 @@ class SubagentRegistry:
             if record.state.is_final:
                 continue
             await self.move(record, ChildState.CANCELLED, report=f"stopped by {by}")
-            child = record.session_id
-            with map_redis_errors("stop a sub-agent"):
-                await self._stop_child(
-                    keys=[
-                        k.open_turns(child),
-                        k.awaiting(child),
-                        k.turns_stream,
-                        k.session.bell(child),
-                    ],
-                    args=[k.session.tombstone(child, ""), by, TOMBSTONE_TTL_S],
-                )
+            await self._followups.stop_waiting(record.session_id, by)
             stopped.append(record.child_id)
-            stopped += await self.stop_tree(child, by)  # a child of a child, should there be one
+            stopped += await self.stop_tree(
+                record.session_id, by
+            )  # a child of a child, should there be one
         with map_redis_errors("stop sub-agents"):
             # Reports read by nobody must not become the next analysis's input.
             await self._redis.delete(k.inbox(parent_session))

@@ -36,6 +36,19 @@ def session_of(thread: str) -> str:
     return session_id_for(Platform.SLACK, sg.SLACK_TEAM_ID, sg.SLACK_CHANNEL_ID, thread)
 
 
+def mention_event(thread: str) -> ChatEvent:
+    """The mention that starts an analysis in `thread`, as the ingress normalizes it."""
+    return ChatEvent(
+        platform=Platform.SLACK,
+        event_id=f"Ev{thread}",
+        workspace=sg.SLACK_TEAM_ID,
+        channel=sg.SLACK_CHANNEL_ID,
+        thread=thread,
+        message_id=thread,
+        author=sg.SLACK_USER_ID,
+    )
+
+
 def task_of(messages: list[dict[str, Any]]) -> str:
     return next(str(m["content"]) for m in messages if m["role"] == "user")
 
@@ -341,15 +354,7 @@ async def test_a_childs_first_card_already_final_is_its_report(redis_client) -> 
     """A reaper or a dead letter may post a child's card for the first time as final."""
     registry = SubagentRegistry(redis_client)
     parent = sg.slack_ts()
-    parent_event = ChatEvent(
-        platform=Platform.SLACK,
-        event_id=f"Ev{parent}",
-        workspace=sg.SLACK_TEAM_ID,
-        channel=sg.SLACK_CHANNEL_ID,
-        thread=parent,
-        message_id=parent,
-        author=sg.SLACK_USER_ID,
-    )
+    parent_event = mention_event(parent)
     record = await registry.dispatch(parent_event, session_of(parent), "turn-p", "check it")
     assert record is not None
     card = ProgressCard(title="check it", turn_id="turn-c").ended(
@@ -389,15 +394,7 @@ async def test_a_dispatch_run_again_by_a_resumed_batch_gets_the_child_it_made(
 ) -> None:
     registry = SubagentRegistry(redis_client)
     parent = sg.slack_ts()
-    event = ChatEvent(
-        platform=Platform.SLACK,
-        event_id=f"Ev{parent}",
-        workspace=sg.SLACK_TEAM_ID,
-        channel=sg.SLACK_CHANNEL_ID,
-        thread=parent,
-        message_id=parent,
-        author=sg.SLACK_USER_ID,
-    )
+    event = mention_event(parent)
     before = await redis_client.xlen(BotKeys().turns_stream)
     first = await registry.dispatch(event, session_of(parent), "turn-p", "check it", "call_1")
     again = await registry.dispatch(event, session_of(parent), "turn-p", "check it", "call_1")
