@@ -2,8 +2,10 @@
 
 Contract (DESIGN.md invariant 8): an event is written to Redis before the 200 goes out; when
 Redis cannot take it in time the answer is 503, so the platform delivers it again (RELIABILITY
-S10, S14). A request that fails verification gets 401, a malformed one 400, an oversized one 413
-before any signature work; never a 500, and bodies are generic. No model or tool work happens in
+S10, S14). A request that fails verification gets 401, a malformed one 400 (text that cannot be
+encoded too: `bot.untrusted_json`, X14), an oversized one 413 and a body not received within
+`CHATOPS_BODY_READ_TIMEOUT_S` 408, both before any signature work and with the connection closed
+(`bot.body_limits`, X13); never a 500, and bodies are generic. No model or tool work happens in
 the request.
 """
 
@@ -22,12 +24,14 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
+from starlette.types import Scope
 
 from agent_core.errors import StoreError
 from bot.adapters.console import parse_console, verify_console
 from bot.adapters.slack import SlackIdentity, parse_slack, verify_slack
 from bot.approval_desk import ApprovalDesk
 from bot.audit import AuditLog
+from bot.body_limits import BodyLimits, BoundedBody
 from bot.errors import (
     BodyTooLarge,
     BotConfigError,
@@ -38,6 +42,7 @@ from bot.errors import (
 from bot.events import ChatEvent
 from bot.intake import Intake
 from bot.killswitch import KillSwitch, KillSwitchDesk
+from bot.loop_lag import monitor_loop_lag
 from bot.metrics import IngressMetrics
 from bot.queue import Queue
 from bot.runs import replay_page
@@ -104,6 +109,8 @@ class Ingress:
 
 
 async def _read_body(request: Request) -> bytes:
+    # `BoundedBody` has read the body within its deadline and limit already; counting again
+    # costs nothing and keeps a route safe should it ever be mounted without the middleware.
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise BodyTooLarge()
@@ -357,15 +364,30 @@ def create_app(
                 start_long_connection(
                     settings, queue, verifier.identity, submit=app.state.ingress.intake.submit
                 )
-            async with _socket_mode(settings, app.state.ingress):
+            async with (
+                monitor_loop_lag(app.state.ingress.metrics.event_loop_lag),
+                _socket_mode(settings, app.state.ingress),
+            ):
                 yield
         finally:
             if own_redis:
                 await client.aclose()
 
     app = FastAPI(title="chatops ingress", lifespan=lifespan, docs_url=None, redoc_url=None)
+    limits = BodyLimits(max_bytes=MAX_BODY_BYTES, read_timeout_s=settings.body_read_timeout_s)
+    app.add_middleware(BoundedBody, limits=limits, on_refused=_count_refused)
     _routes(app)
     return app
+
+
+def _count_refused(scope: Scope, status: int) -> None:
+    """Count a body refused by `BoundedBody` (408, 413) with the route's platform."""
+    ingress: Ingress | None = getattr(scope["app"].state, "ingress", None)
+    if ingress is None:
+        return  # before the lifespan ran: nothing to count on
+    platform = str(scope["path"]).strip("/").partition("/")[0]
+    label = platform if platform in ("slack", "feishu", "console") else "other"
+    ingress.metrics.rejected.labels(label, str(status)).inc()
 
 
 def ingress_redis(url: str) -> aioredis.Redis:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from bot.loop_lag import lag_histogram
+
 __all__ = ["IngressMetrics"]
 
 
 class IngressMetrics:
-    """Counters for what the ingress accepted, refused and could not take."""
+    """Counters for what the ingress accepted, refused and could not take; its loop's lag."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -43,6 +45,8 @@ class IngressMetrics:
             "1 while the kill switch is on (read from Redis at scrape time)",
             registry=self.registry,
         )
+        self.event_loop_lag = lag_histogram(self.registry)
+        """Fed by the lifespan's `bot.loop_lag` monitor."""
 
     def event(self, platform: str, outcome: str) -> None:
         """Count one inbound event.

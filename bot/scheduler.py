@@ -12,7 +12,8 @@ by its id, derived from the job and its fire time.
 
 Metrics (`SchedulerMetrics`, on `GET /metrics` with `--metrics-port`) count what each sweep
 reported, fed once per tick from its `SweepReport`: the releases of this process's sweeps only,
-so a dashboard sums them over the replicas (only the leader sweeps).
+so a dashboard sums them over the replicas (only the leader sweeps); and the event loop's lag
+(`bot.loop_lag`), watched while `run` runs.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from agent_core.store import map_redis_errors
 from bot.errors import BotConfigError
 from bot.keys import BotKeys
 from bot.lease import Leases
+from bot.loop_lag import lag_histogram, monitor_loop_lag
 from bot.metrics_server import serve_metrics
 from bot.reaper import Reaper, SweepReport
 from bot.scheduled_jobs import ScheduledJobs, scheduled_jobs_from
@@ -111,6 +113,8 @@ class SchedulerMetrics:
             "1 while this scheduler holds the leader lock (as of its last tick)",
             registry=r,
         )
+        self.event_loop_lag = lag_histogram(r)
+        """Fed by the `bot.loop_lag` monitor `Scheduler.run` owns."""
 
     def swept(self, report: SweepReport) -> None:
         """Count one sweep's releases."""
@@ -195,8 +199,9 @@ class Scheduler:
             self.scheduled.add_to(scheduler)
         scheduler.start()
         try:
-            await self.tick()  # at start-up too: a restarted scheduler catches up at once
-            await stop.wait()
+            async with monitor_loop_lag(self.metrics.event_loop_lag):
+                await self.tick()  # at start-up too: a restarted scheduler catches up at once
+                await stop.wait()
         finally:
             scheduler.shutdown(wait=False)
 

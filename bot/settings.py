@@ -46,6 +46,11 @@ class Settings(BaseSettings):
     """Enables the console platform (`POST /console/events`, cards on a Redis stream): the
     bearer token its clients send. Unset or empty: the route answers 404 and no console cards
     are made."""
+    body_read_timeout_s: float = Field(
+        default=5.0, gt=0, le=60, validation_alias="CHATOPS_BODY_READ_TIMEOUT_S"
+    )
+    """Seconds the ingress waits for a request's whole body once its headers are in; a body
+    still incomplete then is answered 408 and its connection closed (`bot.body_limits`)."""
     http_allowlist: str = Field(
         default="", validation_alias=AliasChoices("CHATOPS_HTTP_ALLOWLIST", "http_allowlist")
     )

@@ -7,6 +7,7 @@ see `bot.turn_stream`) before the lease is released. Every task is owned by the 
 group. `stop()` drains: live turns are handed over at their next cut. A worker with a free slot
 takes over entries left pending by a dead one once their lease has expired (looking once per
 lease TTL, busy or idle), and sets aside (dead-letters) an entry that keeps killing its workers.
+While it runs, it watches its event loop's lag (`bot.loop_lag`, exported in its metrics).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bot.keys import BotKeys
 from bot.killswitch import KillSwitch
 from bot.lease import Lease, Leases
 from bot.logs import bind
+from bot.loop_lag import monitor_loop_lag
 from bot.queue import Queue, TurnJob
 from bot.turn_stream import Entry, TurnStream
 from bot.worker_metrics import WorkerMetrics
@@ -112,7 +114,8 @@ class Worker:
     async def run(self) -> None:
         """Read and run jobs until `stop()`."""
         await Queue(self._redis, self._keys).ensure_group()
-        async with asyncio.TaskGroup() as group:
+        # The lag monitor outlives the task group: a drain's last turns are watched too.
+        async with monitor_loop_lag(self.metrics.event_loop_lag), asyncio.TaskGroup() as group:
             while not self._stopping.is_set():
                 checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
                 await self._slots.acquire()

@@ -7,6 +7,7 @@ Each metric is fed by the one place that knows it, once:
   `RunDiagnostics` of each run the settle writer settles: the runtime only records (trace
   timestamps, `ToolRun`s), the worker observes;
 - queue lag when the worker claims a job, card calls in `bot.metered_platform`;
+- the event loop's lag by the `bot.loop_lag` monitor that `Worker.run` owns;
 - the queue's entries and the kill switch are read from Redis at scrape time (`refresh`).
 
 The latencies are differences of `time.monotonic()` stamps taken in the worker's process.
@@ -28,6 +29,7 @@ from agent_core.diagnostics import RunDiagnostics
 from agent_core.interrupts import Signal
 from bot.keys import BotKeys
 from bot.killswitch import KillSwitch
+from bot.loop_lag import lag_histogram
 from bot.queue import TurnJob
 
 __all__ = ["UNKNOWN_TOOL", "WorkerMetrics", "steer_to_cut", "stop_to_quiet"]
@@ -157,6 +159,8 @@ class WorkerMetrics:
             "1 while the kill switch is on (read at scrape time)",
             registry=r,
         )
+        self.event_loop_lag = lag_histogram(r)
+        """Fed by the `bot.loop_lag` monitor `Worker.run` owns."""
 
     def settled(self, record: SettleRecord) -> None:
         """Count a settle this worker wrote."""

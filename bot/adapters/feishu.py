@@ -20,7 +20,6 @@ from __future__ import annotations
 import binascii
 import hashlib
 import hmac
-import json
 import logging
 import math
 import re
@@ -30,6 +29,7 @@ from typing import Any
 
 from lark_oapi.core.utils import AESCipher
 
+from bot import untrusted_json
 from bot.errors import MalformedRequest, NotAuthentic
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
 
@@ -218,10 +218,8 @@ def _guarded(
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, or absurd nesting
-        raise MalformedRequest("body is not JSON") from exc
+    # Bad UTF-8 or JSON, absurd nesting or a lone surrogate escape: a 400 (X14)
+    value = untrusted_json.loads(raw)
     if not isinstance(value, dict):
         raise MalformedRequest("body is not a JSON object")
     return value
@@ -311,10 +309,11 @@ def _millis(value: Any) -> float:
 def _text_of(message: Mapping[str, Any], identity: FeishuIdentity) -> tuple[str, bool]:
     if message.get("message_type") != "text":
         return "", False
-    try:
-        text = str(json.loads(str(message.get("content") or "{}")).get("text") or "")
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise MalformedRequest("message content is not JSON text") from exc
+    # The content is JSON inside the JSON: its escapes are decoded only here (X14).
+    content = untrusted_json.loads(str(message.get("content") or "{}"), what="message content")
+    if not isinstance(content, dict):
+        raise MalformedRequest("message content is not a JSON object")
+    text = str(content.get("text") or "")
     mentioned = False
     for mention in message.get("mentions") or []:
         if (mention.get("id") or {}).get("open_id") == identity.open_id:

@@ -11,7 +11,6 @@ window) are ours, so every failure is a 401 and never a 500.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import re
@@ -23,6 +22,7 @@ from urllib.parse import parse_qs
 
 from slack_sdk.signature import Clock, SignatureVerifier
 
+from bot import untrusted_json
 from bot.errors import MalformedRequest, NotAuthentic
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
 
@@ -127,10 +127,7 @@ def _parse(body: bytes, content_type: str, identity: SlackIdentity) -> SlackInbo
         if body.startswith(b"ssl_check=1"):
             return SlackInbound()  # Slack's certificate probe: a signed 200 is all it needs
         return SlackInbound(event=_interaction(_form_payload(body), identity))
-    try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedRequest("body is not JSON") from exc
+    payload = untrusted_json.loads(body)  # a lone surrogate escape is a 400 (X14)
     if not isinstance(payload, dict):
         raise MalformedRequest("body is not a JSON object")
     kind = payload.get("type")
@@ -143,10 +140,11 @@ def _parse(body: bytes, content_type: str, identity: SlackIdentity) -> SlackInbo
 
 def _form_payload(body: bytes) -> dict[str, Any]:
     try:
-        form = parse_qs(body.decode(), strict_parsing=True)
-        payload = json.loads(form["payload"][0])
+        form = parse_qs(body.decode(), strict_parsing=True)  # undecodable %-escapes become U+FFFD
+        raw = form["payload"][0]
     except (UnicodeDecodeError, ValueError, KeyError) as exc:
         raise MalformedRequest("interactivity body without a JSON payload") from exc
+    payload = untrusted_json.loads(raw, what="interactivity payload")
     if not isinstance(payload, dict):
         raise MalformedRequest("interactivity payload is not an object")
     return payload
