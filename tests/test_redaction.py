@@ -45,7 +45,7 @@ POSITIVE: list[tuple[str, str, str]] = [
     (
         "users:\n- name: ci\n  user:\n    token: kube-sa-0123456789abcdef",
         "kube-sa-01234",
-        "kubeconfig",
+        "credential",
     ),
     ("DB password=hunter2hunter2 host=db", "hunter2hunter2", "credential"),
     ('{"secret": "s3cr3t-value", "ok": true}', "s3cr3t-value", "credential"),
