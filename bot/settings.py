@@ -54,7 +54,16 @@ class Settings(BaseSettings):
     http_allowlist: str = Field(
         default="", validation_alias=AliasChoices("CHATOPS_HTTP_ALLOWLIST", "http_allowlist")
     )
-    """Comma-separated `host` or `host:port` entries the `http_get` tool may reach."""
+    """Comma-separated entries the `http_get` and `http_probe` tools may reach: `host` (any
+    port), `host:port`, an IP address or CIDR range (`10.0.0.7`, `10.0.0.0/8:9090`). A name's
+    resolved address must be public, or named by an address or range entry (loopback, private,
+    link-local and cloud metadata addresses are refused otherwise)."""
+    tool_max_bytes: int = Field(
+        default=1_048_576, ge=1024, le=64 * 1_048_576, validation_alias="CHATOPS_TOOL_MAX_BYTES"
+    )
+    """Bytes a tool reads of one answer at most (HTTP bodies counted on the wire and after
+    gzip/deflate/brotli decoding, Prometheus answers, MCP results); past it, the result says it
+    was truncated."""
     prometheus_url: str | None = Field(default=None, validation_alias="CHATOPS_PROMETHEUS_URL")
     """Root URL of the Prometheus server the `prometheus_query` tool reads (e.g.
     `http://prometheus:9090`); unset or empty: the agent has no Prometheus tool."""

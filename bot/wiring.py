@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 from agent_core import HostAllowlist, LoopLimits, Runtime, Toolset, http_get_tool
 from agent_core.budget import Budget
 from agent_core.errors import ConfigError
+from agent_core.tools.bounded_body import BodyLimit
 from agent_core.tools.http_probe import http_probe_tool
 from agent_core.tools.hygiene import guarded
 from agent_core.tools.prometheus import prometheus_tool
@@ -242,8 +243,13 @@ async def open_worker(
         except ValueError as exc:
             raise BotConfigError(f"CHATOPS_FAILPOINTS: {exc}") from exc
         subagents = SubagentDesk(SubagentRegistry(redis, keys))
+        limit = BodyLimit(max_bytes=settings.tool_max_bytes)
+        # `http_get` connects to the address it checked, by IP, so pooled connections would be
+        # keyed by address: with none kept, no name reuses a TLS session verified for another.
+        fetch_http = httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0))
+        stack.push_async_callback(fetch_http.aclose)
         tools = [
-            http_get_tool(HostAllowlist.parse(settings.http_allowlist), http),
+            http_get_tool(HostAllowlist.parse(settings.http_allowlist), fetch_http, limit=limit),
             *subagent_tools(subagents),
         ]
         if settings.http_allowlist.strip():
@@ -255,7 +261,7 @@ async def open_worker(
             tools.append(http_probe_tool(allowlist, probe_http))
         if prometheus_url := (settings.prometheus_url or "").strip():
             try:
-                tools.append(prometheus_tool(prometheus_url, http))
+                tools.append(prometheus_tool(prometheus_url, http, limit=limit))
             except ConfigError as exc:
                 raise BotConfigError(f"CHATOPS_PROMETHEUS_URL: {exc}") from exc
         if settings.shell_allowlist.strip():

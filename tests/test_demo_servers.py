@@ -48,6 +48,7 @@ from bot.demo import (
 )
 from bot.demo.openai_rules import ORPHAN_TOOL_MESSAGE
 from tests.fakes.loopback_server import LoopbackServer
+from tests.fakes.resolver import Answering
 
 SERVICE_URL = "http://checkout.demo:8080"
 SESSION = "incident-7"
@@ -102,11 +103,13 @@ async def runtime(
     service: Gate, model_client: openai.AsyncOpenAI, redis_client: aioredis.Redis
 ) -> AsyncIterator[Runtime]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=service)) as http:
-        allow = HostAllowlist.parse("checkout.demo:8080")
+        # In process (ASGI): the name resolves to a loopback address the allowlist names.
+        allow = HostAllowlist.parse("checkout.demo:8080,127.0.0.1:8080")
+        resolver = Answering("127.0.0.1")
         yield Runtime(
             model=OpenAIChatModel(model_client, REHEARSAL_MODEL),
             redis=redis_client,
-            toolset=Toolset.of([http_get_tool(allow, http)]),
+            toolset=Toolset.of([http_get_tool(allow, http, resolver=resolver)]),
             instructions="You are an SRE assistant.",
         )
 

@@ -12,6 +12,7 @@ import pytest
 
 from agent_core import ConfigError, HostAllowlist, ToolFailed, http_get_tool
 from agent_core.tools.http_get import MAX_BODY_CHARS
+from tests.fakes.resolver import Answering
 from tests.fakes.service import SlowService
 
 
@@ -88,6 +89,7 @@ async def test_a_secret_across_the_body_limit_is_redacted_before_the_cut() -> No
         return httpx.Response(200, text=body)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        tool = http_get_tool(HostAllowlist.parse("logs.internal"), client)
+        allow = HostAllowlist.parse("logs.internal,192.0.2.10")
+        tool = http_get_tool(allow, client, resolver=Answering("192.0.2.10"))
         shown = await tool.handler({"url": "http://logs.internal/tail"}, Ctx())
     assert "xoxb-" not in shown and "[REDACTED" in shown

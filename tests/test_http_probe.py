@@ -119,9 +119,18 @@ def trusting(ca: trustme.CA) -> httpx.AsyncClient:
     return httpx.AsyncClient(verify=context)
 
 
+def loopback_named(url: str) -> HostAllowlist:
+    """`localhost` at the URL's port, and the loopback address it resolves to, named explicitly.
+
+    The connection goes to 127.0.0.1 while TLS verifies the certificate for `localhost` (SNI).
+    """
+    port = httpx.URL(url).port
+    return HostAllowlist.parse(f"localhost:{port},127.0.0.1:{port}")
+
+
 async def probe(url: str, client: httpx.AsyncClient, *, days_left: int = 40) -> list[str]:
     """Probe `url` at a time `days_left` days and 6 hours before `NOT_AFTER`."""
-    allow = HostAllowlist.parse(f"localhost:{httpx.URL(url).port}")
+    allow = loopback_named(url)
     now = NOT_AFTER - timedelta(days=days_left, hours=6)
     tool = http_probe_tool(allow, client, clock=lambda: now)
     return (await tool.handler({"url": url}, Ctx())).splitlines()
@@ -135,7 +144,7 @@ async def test_a_healthy_https_endpoint_reports_status_latency_and_certificate(c
     base, _ = await serve(issue(ca))
     async with trusting(ca) as client:
         lines = await probe(f"{base}/ok", client)
-    assert lines[0] == f"GET {base}/ok"
+    assert lines[0] == f"GET {base}/ok at 127.0.0.1"
     latency(lines[1], "200 OK")
     assert re.fullmatch(
         r"TLS TLSv1\.[23]: subject CN=localhost, issuer O=chatops test CA", lines[2]
@@ -183,7 +192,7 @@ async def test_a_certificate_failing_verification_is_reported_as_the_finding(
     base, _ = await serve(leaf)
     async with trusting(ca) as client:
         lines = await probe(f"{base}/ok", client)
-    assert lines == [f"GET {base}/ok", f"TLS verification failed: {reason}"]
+    assert lines == [f"GET {base}/ok at 127.0.0.1", f"TLS verification failed: {reason}"]
 
 
 async def test_hosts_outside_the_allowlist_are_refused_before_connecting(ca, serve) -> None:
@@ -220,11 +229,13 @@ async def test_through_the_runtime_an_expired_certificate_is_a_result(
         fp.TextReply("The certificate on the status page has expired."),
     )
     async with trusting(ca) as client:
-        allow = HostAllowlist.parse(f"localhost:{httpx.URL(base).port}")
+        allow = loopback_named(base)
         runtime = make_runtime(http_probe_tool(allow, client))
         inputs = (UserMessage(content="Why do browsers warn?", author="alice"),)
         outcome = await runtime.run(TurnRequest(session_id="probe", turn_id="t1", inputs=inputs))
     assert outcome.reason == "completed"
     [answer] = [m for m in await runtime.store.load("probe") if isinstance(m, ToolMessage)]
     assert answer.status is ToolStatus.OK
-    assert answer.content == f"GET {base}/ok\nTLS verification failed: certificate has expired"
+    assert answer.content == (
+        f"GET {base}/ok at 127.0.0.1\nTLS verification failed: certificate has expired"
+    )

@@ -39,6 +39,7 @@ from agent_core import (
     validate_history,
 )
 from tests.fakes import openai_provider as fp
+from tests.fakes.resolver import Answering
 
 SESSION = "registry-1"
 TINY = RetryPolicy(attempts=3, base_delay_s=0.001, max_delay_s=0.001)
@@ -327,7 +328,9 @@ def test_backoff_is_exponential_with_full_jitter() -> None:
 
 def http_get_over(handler: Callable[[httpx.Request], httpx.Response]) -> tuple[Tool, Any]:
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    return http_get_tool(HostAllowlist.parse("svc.internal"), client), client
+    # The name resolves to a documentation address (RFC 5737) the allowlist names explicitly.
+    allow = HostAllowlist.parse("svc.internal,192.0.2.10")
+    return http_get_tool(allow, client, resolver=Answering("192.0.2.10")), client
 
 
 def test_http_get_declares_a_read_only_idempotent_retrying_tool() -> None:

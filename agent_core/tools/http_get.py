@@ -1,8 +1,14 @@
-"""The built-in `http_get` tool: a read-only HTTP probe limited to allowlisted hosts.
+"""The built-in `http_get` tool: a read-only HTTP GET limited to allowlisted hosts and addresses.
 
-Contract (DESIGN.md §5): one argument `url`; read-only; interruptible; only hosts named in
-`CHATOPS_HTTP_ALLOWLIST` (comma-separated entries, `host` for any port or `host:port`); a refused
-URL is a clear tool error the model reads, never an exception that ends the turn.
+Contract (DESIGN.md §5): one argument `url`; read-only; interruptible; only URLs that
+`CHATOPS_HTTP_ALLOWLIST` admits (host names, `host:port`, IP addresses and CIDR ranges; see
+`agent_core.tools.address_policy`), connected at the address that was checked; a refused URL is
+a clear tool error the model reads, never an exception that ends the turn. Redirects are not
+followed.
+
+Bounded: the body is streamed and at most `BodyLimit.max_bytes` (`CHATOPS_TOOL_MAX_BYTES`) are
+read, counted on the wire and after decoding gzip, deflate or brotli (`bounded_body`); the result
+says when the body was longer. Of what was read, the model sees `MAX_BODY_CHARS` characters.
 
 Retries (`RETRY`): a GET is idempotent, so a failure that says nothing about the service is tried
 again: a connection that could not be made, and a gateway's 502 or 504 (the proxy got no answer
@@ -13,16 +19,23 @@ retried either (a hung backend would only hang again).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from agent_core.errors import ConfigError, ToolFailed
+from agent_core.errors import ToolFailed
 from agent_core.redaction import redact
+from agent_core.tools.address_policy import (
+    HostAllowlist,
+    Resolver,
+    Target,
+    resolve_target,
+    system_resolver,
+)
 from agent_core.tools.base import Interruptibility, RetryPolicy, Risk, Tool, ToolContext
+from agent_core.tools.bounded_body import ACCEPT_ENCODING, Body, BodyError, BodyLimit, read_body
 
 __all__ = ["HostAllowlist", "http_get_tool"]
 
@@ -30,94 +43,52 @@ TIMEOUT_S = 10.0
 """Per-call timeout; the tool's own timeout in the batch matches it."""
 MAX_BODY_CHARS = 4_000
 """Bodies are truncated to this many characters before the model sees them."""
+REDACTION_MARGIN_CHARS = 16_000
+"""Characters past the cut that are redacted with the shown part: a secret that starts before
+the cut is recognised whole (none of the shapes redaction knows comes near this length), and
+the rest of a 1 MiB body is never scanned for a view that shows 4,000 characters."""
 
 RETRY = RetryPolicy(attempts=3, base_delay_s=0.5, max_delay_s=2.0)
 """Three tries for connection failures and gateway errors, with a jittered wait under 2 s."""
 RETRYABLE_STATUSES = frozenset({502, 504})
 """Gateway errors: the proxy got no answer from the app, so the response holds no diagnosis."""
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
+def http_get_tool(
+    allowlist: HostAllowlist,
+    client: httpx.AsyncClient,
+    *,
+    limit: BodyLimit | None = None,
+    resolver: Resolver = system_resolver,
+) -> Tool:
+    """Build the `http_get` tool over an injected HTTP client.
 
-@dataclass(frozen=True)
-class HostAllowlist:
-    """Hosts (any port) and host:port pairs the tool may reach."""
-
-    any_port: frozenset[str]
-    exact: frozenset[tuple[str, int]]
-
-    @classmethod
-    def parse(cls, spec: str | Iterable[str]) -> HostAllowlist:
-        """Parse `"a.example, b.example:8080"` (or a list of such entries)."""
-        entries = spec.split(",") if isinstance(spec, str) else list(spec)
-        any_port: set[str] = set()
-        exact: set[tuple[str, int]] = set()
-        for raw in entries:
-            entry = raw.strip().lower()
-            if not entry:
-                continue
-            host, port = _split_entry(entry)
-            if port is None:
-                any_port.add(host)
-            else:
-                exact.add((host, port))
-        return cls(frozenset(any_port), frozenset(exact))
-
-    def allows(self, host: str, port: int) -> bool:
-        """Return True when `host:port` may be reached."""
-        host = host.lower()
-        return host in self.any_port or (host, port) in self.exact
-
-
-def _split_entry(entry: str) -> tuple[str, int | None]:
-    """Split `host`, `host:port`, `[v6]` or `[v6]:port` into host and optional port."""
-    if entry.startswith("["):
-        host, _, rest = entry[1:].partition("]")
-        port = rest.removeprefix(":") if rest.startswith(":") else None
-    elif entry.count(":") == 1:
-        host, port = entry.split(":")
-    else:
-        host, port = entry, None  # a bare name, or a bare IPv6 address
-    if not host or (port is not None and not port.isdigit()):
-        raise ConfigError(f"allowlist entry {entry!r} is neither host nor host:port")
-    return host, int(port) if port is not None else None
-
-
-def _checked_url(url: object, allowlist: HostAllowlist) -> str:
-    if not isinstance(url, str) or not url:
-        raise ToolFailed("`url` must be a non-empty string")
-    parts = urlsplit(url)
-    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
-        raise ToolFailed(f"refused {url!r}: only http:// and https:// URLs with a host are allowed")
-    try:
-        port = parts.port or _DEFAULT_PORTS[parts.scheme]
-    except ValueError as exc:
-        raise ToolFailed(f"refused {url!r}: invalid port") from exc
-    if not allowlist.allows(parts.hostname, port):
-        raise ToolFailed(
-            f"refused {url!r}: host {parts.hostname}:{port} is not in CHATOPS_HTTP_ALLOWLIST"
-        )
-    return url
-
-
-def http_get_tool(allowlist: HostAllowlist, client: httpx.AsyncClient) -> Tool:
-    """Build the `http_get` tool over an injected HTTP client."""
+    Args:
+        allowlist: The hosts, addresses and ranges that may be reached.
+        client: Sends the request. Give it no keep-alive connections when two allowlisted https
+            names may share an address: a pooled connection is keyed by address, so another
+            name's request could reuse a TLS session verified for the first.
+        limit: How much of a body is read (default `BodyLimit()`: 1 MiB).
+        resolver: Resolves a host name to the addresses that are checked and connected to.
+    """
+    bound = limit or BodyLimit()
 
     async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        url = _checked_url(args.get("url"), allowlist)
-        try:
-            response = await client.get(url, timeout=TIMEOUT_S, follow_redirects=False)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise ToolFailed(
-                f"GET {url} failed: {type(exc).__name__}: {exc}", retryable=True
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise ToolFailed(f"GET {url} timed out after {TIMEOUT_S:g} s") from exc
-        except httpx.HTTPError as exc:
-            raise ToolFailed(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
+        target = await resolve_target(args.get("url"), allowlist, resolver)
+        with _mapped_errors(target):
+            async with client.stream(
+                "GET",
+                target.request_url,
+                headers={**target.headers, "Accept-Encoding": ACCEPT_ENCODING},
+                extensions=target.extensions,
+                timeout=TIMEOUT_S,
+                follow_redirects=False,
+            ) as response:
+                body = await read_body(response, bound)
+        shown = _render(response, body)
         if response.status_code in RETRYABLE_STATUSES:
-            raise ToolFailed(f"GET {url} answered {_render(response)}", retryable=True)
-        return _render(response)
+            raise ToolFailed(f"GET {target.url} answered {shown}", retryable=True)
+        return shown
 
     return Tool(
         name="http_get",
@@ -140,15 +111,36 @@ def http_get_tool(allowlist: HostAllowlist, client: httpx.AsyncClient) -> Tool:
     )
 
 
-def _render(response: httpx.Response) -> str:
-    """The status line and the body, redacted whole, then truncated to `MAX_BODY_CHARS`.
+@contextmanager
+def _mapped_errors(target: Target) -> Iterator[None]:
+    """Failures of httpx and of the body reader as tool errors; a failed connect is retryable."""
+    url = target.url
+    try:
+        yield
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise ToolFailed(
+            f"GET {url} ({target.address}) failed: {type(exc).__name__}: {exc}", retryable=True
+        ) from exc
+    except httpx.TimeoutException as exc:
+        raise ToolFailed(f"GET {url} timed out after {TIMEOUT_S:g} s") from exc
+    except httpx.HTTPError as exc:
+        raise ToolFailed(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
+    except BodyError as exc:
+        raise ToolFailed(f"GET {url}: the body could not be read: {exc}") from exc
+
+
+def _render(response: httpx.Response, body: Body) -> str:
+    """The status line and the body, redacted, then cut to `MAX_BODY_CHARS`.
 
     Redacting before the cut matters: a secret cut in half at the limit would be too short to
     be recognised afterwards, and its first characters would reach the model.
     """
-    full = redact(response.text)
-    body = full
-    if len(body) > MAX_BODY_CHARS:
-        body = body[:MAX_BODY_CHARS] + f"\n… [truncated {len(full) - MAX_BODY_CHARS}"
-        body += " characters]"
-    return f"HTTP {response.status_code} {response.reason_phrase}\n{body}"
+    text = body.text(response.charset_encoding)
+    window = MAX_BODY_CHARS + REDACTION_MARGIN_CHARS
+    shown = redact(text[:window])
+    left = len(shown) - MAX_BODY_CHARS + max(0, len(text) - window)
+    if left > 0:
+        shown = shown[:MAX_BODY_CHARS] + f"\n… [truncated {left} characters]"
+    if notice := body.notice():
+        shown += f"\n{notice}"
+    return f"HTTP {response.status_code} {response.reason_phrase}\n{shown}"

@@ -1,11 +1,13 @@
 """The `http_probe` tool: is an endpoint up, how fast does it answer, and is its TLS healthy?
 
-Contract: one argument `url`; read-only, idempotent, interruptible; only hosts in the same
-`CHATOPS_HTTP_ALLOWLIST` as `http_get` (its very check, `_checked_url`, so the two can never
-disagree). It sends one GET without following redirects and reports the status line, the
-latency to the response headers in milliseconds, a redirect's `Location`, and for https the TLS
-version and the server certificate: subject and issuer, not-after date and days left (flagged
-within `EXPIRY_WARNING_DAYS`). The body is never read.
+Contract: one argument `url`; read-only, idempotent, interruptible; only URLs the same
+`CHATOPS_HTTP_ALLOWLIST` admits as for `http_get` (the same check, `resolve_target`, so the two
+can never disagree: the name resolved, its address checked and connected to). It sends one GET
+without following redirects and reports the status line (with the address connected to when the
+URL names a host), the latency to the response headers in milliseconds, a redirect's `Location`,
+and for https the TLS version and the server certificate: subject and issuer, not-after date and
+days left (flagged within `EXPIRY_WARNING_DAYS`). The body is never read: the response is closed
+after its headers, whose size h11 bounds (64 KiB by default).
 
 What the probe finds is its result, never an exception: a certificate that fails verification
 ("TLS verification failed: certificate has expired"), a refused connection or a timeout is
@@ -28,8 +30,14 @@ from typing import Any
 
 import httpx
 
+from agent_core.tools.address_policy import (
+    HostAllowlist,
+    Resolver,
+    Target,
+    resolve_target,
+    system_resolver,
+)
 from agent_core.tools.base import Interruptibility, Risk, Tool, ToolContext
-from agent_core.tools.http_get import HostAllowlist, _checked_url
 
 __all__ = ["http_probe_tool"]
 
@@ -48,6 +56,7 @@ def http_probe_tool(
     client: httpx.AsyncClient,
     *,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    resolver: Resolver = system_resolver,
 ) -> Tool:
     """Build the `http_probe` tool over an injected HTTP client.
 
@@ -55,11 +64,15 @@ def http_probe_tool(
         allowlist: The hosts that may be probed.
         client: Sends the probe; it must verify certificates (httpx does by default).
         clock: The time now, for the days a certificate has left.
+        resolver: Resolves a host name to the addresses that are checked and connected to.
     """
 
     async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        url = _checked_url(args.get("url"), allowlist)
-        return "\n".join([f"GET {url}", *await _probe(client, url, clock())])
+        target = await resolve_target(args.get("url"), allowlist, resolver)
+        heading = f"GET {target.url}"
+        if target.address != target.host:
+            heading += f" at {target.address}"
+        return "\n".join([heading, *await _probe(client, target, clock())])
 
     return Tool(
         name="http_probe",
@@ -82,11 +95,16 @@ def http_probe_tool(
     )
 
 
-async def _probe(client: httpx.AsyncClient, url: str, now: datetime) -> list[str]:
+async def _probe(client: httpx.AsyncClient, target: Target, now: datetime) -> list[str]:
     started = time.perf_counter()
     try:
         async with client.stream(
-            "GET", url, timeout=PROBE_TIMEOUT_S, follow_redirects=False
+            "GET",
+            target.request_url,
+            headers=target.headers,
+            extensions=target.extensions,
+            timeout=PROBE_TIMEOUT_S,
+            follow_redirects=False,
         ) as response:
             elapsed_ms = (time.perf_counter() - started) * 1000
             lines = [f"HTTP {response.status_code} {response.reason_phrase} in {elapsed_ms:.0f} ms"]

@@ -18,7 +18,12 @@ The request is a form-encoded POST, which the API accepts like a GET and which k
 query clear of server-side URL length limits. Prometheus is also sent `timeout=QUERY_TIMEOUT`, so
 it abandons an evaluation we have stopped waiting for rather than keep burning CPU on it.
 
-Answers: the result is rendered as text (series labels in PromQL notation, values as Prometheus
+Answers are read bounded (`bounded_body`): at most `BodyLimit.max_bytes` (`CHATOPS_TOOL_MAX_BYTES`)
+of JSON, counted on the wire and after decoding. A longer answer cannot be parsed, so it is a tool
+error that says how to ask for less (aggregate, narrow the selector, a coarser step); an error
+body is read under the same bound, and its text shown cut.
+
+The result is rendered as text (series labels in PromQL notation, values as Prometheus
 wrote them), capped at `MAX_SERIES` series and, for a range, `MAX_RUNS` runs of equal values per
 series, saying how much was left out; `warnings` and `infos` follow. A `400 bad_data` or
 `422 execution` error is a tool error the model reads, not retried: the query itself is wrong.
@@ -29,6 +34,7 @@ would only time out again.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -42,6 +48,7 @@ import httpx
 from agent_core.errors import ConfigError, ToolFailed
 from agent_core.redaction import redact
 from agent_core.tools.base import Interruptibility, RetryPolicy, Risk, Tool, ToolContext
+from agent_core.tools.bounded_body import ACCEPT_ENCODING, Body, BodyError, BodyLimit, read_body
 
 __all__ = ["prometheus_tool"]
 
@@ -89,7 +96,11 @@ PARAMETERS: Mapping[str, Any] = {
 
 
 def prometheus_tool(
-    base_url: str, client: httpx.AsyncClient, *, clock: Callable[[], float] = time.time
+    base_url: str,
+    client: httpx.AsyncClient,
+    *,
+    clock: Callable[[], float] = time.time,
+    limit: BodyLimit | None = None,
 ) -> Tool:
     """Build the `prometheus_query` tool for the server at `base_url`.
 
@@ -97,6 +108,7 @@ def prometheus_tool(
         base_url: The server's root, e.g. `http://prometheus:9090` or `https://host/prometheus`.
         client: The HTTP client requests go through.
         clock: Unix time now; relative times and the default `end` are resolved against it.
+        limit: How much of an answer is read (default `BodyLimit()`: 1 MiB).
 
     Raises:
         ConfigError: `base_url` is not an http(s) URL with a host.
@@ -105,11 +117,21 @@ def prometheus_tool(
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"Prometheus URL {base_url!r} is not an http:// or https:// URL")
     root = base_url.rstrip("/")
+    bound = limit or BodyLimit()
 
     async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
         endpoint, form, header = _request(args, clock())
         try:
-            response = await client.post(f"{root}/api/v1/{endpoint}", data=form, timeout=TIMEOUT_S)
+            async with client.stream(
+                "POST",
+                f"{root}/api/v1/{endpoint}",
+                data=form,
+                headers={"Accept-Encoding": ACCEPT_ENCODING},
+                timeout=TIMEOUT_S,
+            ) as response:
+                body = await read_body(response, bound)
+        except BodyError as exc:
+            raise ToolFailed(f"Prometheus answered a body that could not be read: {exc}") from exc
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ToolFailed(
                 f"Prometheus at {root} unreachable: {type(exc).__name__}: {exc}", retryable=True
@@ -120,7 +142,7 @@ def prometheus_tool(
             ) from exc
         except httpx.HTTPError as exc:
             raise ToolFailed(f"Prometheus request failed: {type(exc).__name__}: {exc}") from exc
-        return _bounded(_render(header, _envelope(response)))
+        return _bounded(_render(header, _envelope(response, body)))
 
     return Tool(
         name="prometheus_query",
@@ -221,30 +243,42 @@ def _step(value: object, span: float) -> float:
     return seconds
 
 
-def _envelope(response: httpx.Response) -> Mapping[str, Any]:
+def _envelope(response: httpx.Response, body: Body) -> Mapping[str, Any]:
     """The parsed success envelope; any error becomes a `ToolFailed`, retryable when transient."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
+    status, text = response.status_code, body.text(response.charset_encoding)
+    if status == 200 and body.truncated:
+        raise ToolFailed(
+            f"Prometheus answered more than {len(body.data)} bytes, more than can be read:"
+            " aggregate (sum by (...), topk), narrow the selector, or use a coarser step"
+        )
+    parsed = _json(body)
     error = ""
-    if isinstance(body, dict) and body.get("status") == "error":
-        error = f"{body.get('errorType', 'error')}: {body.get('error', '')}"
-    status = response.status_code
+    if isinstance(parsed, dict) and parsed.get("status") == "error":
+        error = f"{parsed.get('errorType', 'error')}: {parsed.get('error', '')}"
     if status in RETRYABLE_STATUSES:
-        detail = error or response.text[:200].strip()
+        detail = error or text[:200].strip()
         raise ToolFailed(
             f"Prometheus answered HTTP {status} {response.reason_phrase}: {detail}", retryable=True
         )
     if error:
         raise ToolFailed(f"Prometheus refused the query (HTTP {status}) {error}")
-    if status != 200 or not isinstance(body, dict) or body.get("status") != "success":
+    if status != 200 or not isinstance(parsed, dict) or parsed.get("status") != "success":
         hint = " (is CHATOPS_PROMETHEUS_URL the server's root?)" if status == 404 else ""
         raise ToolFailed(
             f"not a Prometheus API answer: HTTP {status} {response.reason_phrase}{hint}: "
-            f"{response.text[:200].strip()}"
+            f"{text[:200].strip()}"
         )
-    return body
+    return parsed
+
+
+def _json(body: Body) -> Any:
+    """The body as JSON, or None when it is not JSON (or was cut)."""
+    if body.truncated:
+        return None
+    try:
+        return json.loads(body.data)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the stack
+        return None
 
 
 def _render(header: str, body: Mapping[str, Any]) -> str:
