@@ -4,7 +4,7 @@ Contract: `compile_pattern` compiles with Google's RE2 (`google-re2`, module `re
 matching time is linear in the input for every pattern it accepts; it refuses what it cannot
 run that way (look-around, back-references, possessive quantifiers) with `re2.error`, at import.
 A `Rule` replaces each match, or only its `value` group, with the marker; a value that is a
-placeholder (a marker already, `<none>`, `${VAR}`, `true`, `****`) or a byte count
+placeholder (a marker already, `<none>`, `${VAR}`, `true`, `****`, `sk-...`) or a byte count
 (`kubectl describe secret`: `password:  12 bytes`) is kept, which makes `redact` idempotent.
 
 API differences from `re` this module relies on (google-re2 `re2/__init__.py`, 1.1): flags are
@@ -86,7 +86,7 @@ def is_placeholder(value: str) -> bool:
     bare = value.strip("\"'\\")
     if bare.lower() in _PLACEHOLDER_WORDS or bare.startswith(_PLACEHOLDER_STARTS):
         return True
-    return set(bare) == {"*"}
+    return set(bare) == {"*"} or bare.endswith(("...", "…"))  # `sk-...` in docs
 
 
 Rewrite = Callable[[str, str], str]
@@ -122,7 +122,8 @@ class Rule:
         whole_start, whole_end = match.span(0)
         text = match.string
         value = text[start:end]
-        if is_placeholder(value) or text.startswith(" bytes", end):
+        inside_marker = text.endswith(_MARKER_PREFIX, 0, start)  # `[REDACTED:` + `kind]@`
+        if inside_marker or is_placeholder(value) or text.startswith(" bytes", end):
             return text[whole_start:whole_end]
         new = marker(self.kind) if self.rewrite is None else self.rewrite(value, marker(self.kind))
         return text[whole_start:start] + new + text[end:whole_end]

@@ -20,6 +20,7 @@ __all__ = ["NAME", "VALUE"]
 
 _WORDS: tuple[tuple[str, ...], ...] = (
     ("password",),
+    ("pgpassword",),
     ("passwd",),
     ("passphrase",),
     ("secret",),
@@ -33,6 +34,7 @@ _WORDS: tuple[tuple[str, ...], ...] = (
     ("client", "key"),
     ("auth", "key"),
     ("app", "key"),
+    ("application", "key"),
     ("account", "key"),
     ("master", "key"),
     ("signing", "key"),
@@ -77,6 +79,6 @@ def _name() -> str:
 NAME = _name()
 """A field name ending in a secret word (no groups)."""
 
-VALUE = r"""(?:"[^"\n]+"|'[^'\n]+'|\\"[^"\n]+\\"|[^\s"'`,;&}\\]+)"""
+VALUE = r"""(?:"[^"\n]+"|'[^'\n]+'|\\"[^"\n]+\\"|[^\s"'`,;&}\\=][^\s"'`,;&}\\]*)"""
 """A field's value: double- or single-quoted, quoted inside a JSON string, or bare up to a
-space, quote, `,`, `;`, `&` or `}` (no groups)."""
+space, quote, `,`, `;`, `&` or `}`, and not starting with `=` (`x == y`) (no groups)."""

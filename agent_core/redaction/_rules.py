@@ -53,6 +53,10 @@ _STRUCTURAL: tuple[Rule, ...] = (
         "kubernetes_env",
         rf'"name"[ \t]*:[ \t]*"{NAME}"[ \t]*,[ \t\r\n]*"value"[ \t]*:[ \t]*(?P<value>"[^"\n]+")',
     ),
+    rule(
+        "azure_storage_key",
+        r'"keyName"[ \t]*:[ \t]*"[^"\n]*"[^{}\n]*?"value"[ \t]*:[ \t]*"(?P<value>[^"\n]+)"',
+    ),
     rule("docker_auth", r'"(?:auth|identitytoken|registrytoken)"[ \t]*:[ \t]*"(?P<value>[^"\n]+)"'),
     rule(
         "docker_auth",
@@ -113,7 +117,7 @@ _TOKENS: tuple[Rule, ...] = (
     rule("slack_token", r"\bxapp-\d+-[A-Za-z0-9-]{10,}"),
     rule("feishu_token", r"\b[tu]-g[0-9A-Za-z_]{20,}"),
     rule("discord_token", r"\b[MN][A-Za-z\d]{23,27}\.[\w-]{6}\.[\w-]{27,}"),
-    rule("telegram_token", r"\b\d{5,16}:A[0-9A-Za-z_-]{34}\b"),
+    rule("telegram_token", r"(?P<value>\d{5,16}:A[0-9A-Za-z_-]{34})\b"),  # also in `/bot<token>/`
     # Cloud.
     rule("aws_access_key", r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
     rule("gcp_api_key", r"\bAIza[\w-]{35}"),
