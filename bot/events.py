@@ -3,6 +3,12 @@
 Adapters (`bot/adapters/slack.py`, `bot/adapters/feishu.py`, the console) turn a platform's
 payload into a `ChatEvent`; policy, control parsing and the queue never see a platform payload.
 `ChatEvent` is a pydantic model so it travels through Redis as validated JSON.
+
+Identities are platform-qualified: inside the bot a person is `platform:id` (`slack:U0123`,
+`feishu:ou_abc`, `console:alice`; `ChatEvent.person`), so one platform's user never equals
+another's. A console client names its `user` freely (it holds the console token), which is why a
+console user is always `console:...` and can never be a Slack or Feishu user, whatever it
+writes. A scheduled job's runs are `scheduler:<job id>`, nobody's person.
 """
 
 from __future__ import annotations
@@ -13,7 +19,19 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["AuthorKind", "ChatEvent", "EventKind", "Platform", "session_id_for"]
+__all__ = [
+    "SCHEDULER",
+    "AuthorKind",
+    "ChatEvent",
+    "EventKind",
+    "Platform",
+    "is_unattended",
+    "person_of",
+    "session_id_for",
+]
+
+SCHEDULER = "scheduler"
+"""The qualifier of a scheduled job's runs (`scheduler:<job id>`): no person asked for them."""
 
 
 class Platform(StrEnum):
@@ -93,6 +111,17 @@ class ChatEvent(BaseModel):
     """For a scheduled job's run: the only tools its analysis may use (None: all of them)."""
 
     @cached_property
+    def person(self) -> str:
+        """Who wrote it, qualified by platform (`slack:U0123`, `console:alice`).
+
+        What authority checks, the two-person rule and the audit trail's `who` compare; display
+        keeps `author_name or author`.
+        """
+        if self.author_kind is AuthorKind.SCHEDULER:
+            return self.author  # `scheduler:<job id>` already
+        return person_of(self.platform, self.author)
+
+    @cached_property
     def session_id(self) -> str:
         """The stable session id of the event's thread."""
         return session_id_for(self.platform, self.workspace, self.channel, self.thread)
@@ -102,3 +131,22 @@ def session_id_for(platform: Platform | str, workspace: str, channel: str, threa
     """Return the stable session id of a thread: short, URL- and Redis-key-safe."""
     raw = f"{platform}\x1f{workspace}\x1f{channel}\x1f{thread}".encode()
     return f"{platform}-{hashlib.sha256(raw).hexdigest()[:20]}"
+
+
+def person_of(platform: Platform | str, author: str) -> str:
+    """The qualified id of `author` on `platform`: `platform:author`.
+
+    Idempotent: an id already qualified by this platform (or the scheduler's) is returned as it
+    is, so a record written with either form compares alike. Slack and Feishu ids never contain
+    `:`, and the console refuses a `user` that does (`bot.adapters.console`), so no author can
+    pass for another platform's person.
+    """
+    head, sep, _ = author.partition(":")
+    if sep and head in (str(platform), SCHEDULER):
+        return author
+    return f"{platform}:{author}"
+
+
+def is_unattended(requester: str) -> bool:
+    """Whether `requester` is a scheduled job rather than a person (`scheduler:<job id>`)."""
+    return requester.startswith(f"{SCHEDULER}:")

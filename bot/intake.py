@@ -109,7 +109,7 @@ class Intake:
             session=event.session_id,
             turn="" if steer else stop_turn,
             kind="steer" if steer else "stop",
-            who=event.author,
+            who=event.person,
             data={"text": clip(event.text)} if steer else {},
         )
         await self._audit.record(audited)

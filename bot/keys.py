@@ -140,6 +140,18 @@ class BotKeys:
         """
         return f"{self.session.session_prefix(session_id)}:awaiting"
 
+    def participants(self, session_id: str) -> str:
+        """Set of the people (qualified ids) whose request, redirect or answer reached the analysis.
+
+        Written by the submit script that accepts the message, read by the approval desk: none
+        of them may be a destructive call's second person.
+        """
+        return f"{self.session.session_prefix(session_id)}:participants"
+
+    def first_approvals(self, session_id: str) -> str:
+        """Hash of call id → who approved first, for calls that need two approvers."""
+        return f"{self.session.session_prefix(session_id)}:first-approvals"
+
     def children(self, session_id: str) -> str:
         """Hash of the session's sub-agents, one JSON `ChildRecord` per child id."""
         return f"{self.session.session_prefix(session_id)}:children"

@@ -9,8 +9,10 @@ switch went on stops before it calls the model.
 
 Operators pull it with `chatops killswitch`, or in chat: an admin (`CHATOPS_ADMINS`) @mentions
 the bot with `killswitch on|off|status` (`bot.control_commands`), and the ingress hands the
-command to `KillSwitchDesk` right after routing it. A person who is not an admin changes
-nothing; the refusal is logged. The ingress posts nothing to the platform (it acks within 3 s),
+command to `KillSwitchDesk` right after routing it. Admins are platform-qualified
+(`slack:U0123`, `console:alice`; `bot.people`): a console user is never a Slack or Feishu admin,
+whatever id it claims (RELIABILITY X10). A person who is not an admin changes nothing; the
+refusal is logged. The ingress posts nothing to the platform (it acks within 3 s),
 so what people see in the thread is the stopped cards; the desk's answer is the body of the
 webhook's response, which the platforms do not show.
 """
@@ -35,6 +37,7 @@ from bot.control_commands import KILL_SWITCH_INTENTS, ControlIntent, parse_contr
 from bot.events import ChatEvent
 from bot.followups import Followups
 from bot.keys import BotKeys
+from bot.people import People
 from bot.steer_policy import Action, Role, may
 from bot.subagents import SubagentRegistry
 
@@ -159,9 +162,20 @@ class SwitchAnswer:
 class KillSwitchDesk:
     """Carries out the kill switch commands admins send in chat."""
 
-    def __init__(self, switch: KillSwitch, admins: Iterable[str]) -> None:
+    def __init__(self, switch: KillSwitch, admins: People | Iterable[str]) -> None:
+        """Build the desk; each bare admin id is warned about here, at start-up.
+
+        Args:
+            switch: The kill switch.
+            admins: `CHATOPS_ADMINS`, qualified ids (bare ones as `bot.people` reads them: never
+                a console user).
+
+        Raises:
+            ValueError: An admin entry names a platform whose users are not people.
+        """
         self._switch = switch
-        self._admins = frozenset(admins)
+        self._admins = People.of(admins)
+        self._admins.warn_bare("CHATOPS_ADMINS")
 
     async def command(self, event: ChatEvent) -> SwitchAnswer:
         """Carry out the command `event` holds, if its author is an admin.
@@ -173,12 +187,11 @@ class KillSwitchDesk:
         command = parse_control(event.text)
         if command is None or command.intent not in KILL_SWITCH_INTENTS:
             return SwitchAnswer(SwitchOutcome.REFUSED, "That is not a kill switch command.")
-        roles = frozenset({Role.ADMIN}) if event.author in self._admins else frozenset()
+        who = event.person
+        roles = frozenset({Role.ADMIN}) if who in self._admins else frozenset()
         if not may(Action.KILL_SWITCH, roles):
             log.warning(
-                "kill switch %s by %s refused: not in CHATOPS_ADMINS",
-                command.intent.value,
-                event.author,
+                "kill switch %s by %s refused: not in CHATOPS_ADMINS", command.intent.value, who
             )
             return SwitchAnswer(
                 SwitchOutcome.REFUSED, "Only an admin (CHATOPS_ADMINS) may use the kill switch."
@@ -186,8 +199,8 @@ class KillSwitchDesk:
         answer = await self._carry_out(command.intent, event.author_name or event.author)
         if answer.outcome in (SwitchOutcome.ON, SwitchOutcome.OFF):
             on = answer.outcome is SwitchOutcome.ON
-            await self._switch.audit.record(_switched(event.session_id, event.author, on=on))
-        log.warning("kill switch command by %s: %s", event.author, answer.message)
+            await self._switch.audit.record(_switched(event.session_id, who, on=on))
+        log.warning("kill switch command by %s: %s", who, answer.message)
         return answer
 
     async def _carry_out(self, intent: ControlIntent, by: str) -> SwitchAnswer:

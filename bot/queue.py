@@ -22,6 +22,10 @@ Routes:
   command out (`bot.killswitch`), and forgets the markers (`Queue.forget`) if it could not, so
   the platform's retry carries it out instead.
 
+A start, a steer and a queued message also add their author (`ChatEvent.person`) to the
+session's participants, in the same step that accepts them, so no one who shaped the analysis
+can be missed when the approval desk looks for a destructive call's second person (X11).
+
 Payloads are JSON validated by pydantic models, never pickle.
 """
 
@@ -37,6 +41,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from agent_core import UserKind, UserMessage, dump_message
 from agent_core.interrupts import BELL_TTL_S, TOMBSTONE_TTL_S
+from agent_core.store import TURN_KEY_TTL_S
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent
 from bot.keys import BotKeys
@@ -64,7 +69,7 @@ DEDUPE_TTL_S = 24 * 3600
 # redis-py's command packing was the largest remaining cost of the webhook (bench/ingress.py).
 # ARGV: routes for the four states joined by '|' (unknown thread; known and idle; turns queued;
 # a turn live), the start job, the steer message, the event, the turn id a start creates, the
-# turn a stop button names, who stopped, and the message's send time.
+# turn a stop button names, who stopped, the message's send time, and its author's qualified id.
 _SUBMIT = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, '', ''} end
 if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {0, '', ''} end
@@ -81,6 +86,10 @@ local route = routes[state]
 if route == '' then return {2, '', ''} end
 local keep, sent_at = @KEEP@, tonumber(ARGV[8])
 local result = ''
+local function took_part()
+  redis.call('SADD', p .. '@PARTICIPANTS@', ARGV[9])
+  redis.call('EXPIRE', p .. '@PARTICIPANTS@', @PARTICIPANTS_TTL@)
+end
 -- An analysis suspended for approvals continues at once when redirected or stopped: its
 -- waiting calls are answered "interrupted" by the continuation (already an open turn, so a
 -- stop tombstones it and a steer joins it).
@@ -99,9 +108,11 @@ if route == 'start' then
     result = redis.call('XADD', KEYS[3], '*', 'job', ARGV[2])
     redis.call('SADD', open_turns, ARGV[5])
     redis.call('EXPIRE', open_turns, keep)
+    took_part()
   end
 elseif route == 'steer' then
   wake_awaiting()
+  took_part()
   redis.call('RPUSH', p .. '@STEER@', ARGV[3])
   redis.call('EXPIRE', p .. '@STEER@', keep)
   redis.call('RPUSH', bell, 'steer')
@@ -125,6 +136,7 @@ elseif route == 'queue' or route == 'approve' then
   local key = p .. (route == 'queue' and '@INBOX@' or '@APPROVALS@')
   redis.call('RPUSH', key, ARGV[4])
   redis.call('EXPIRE', key, keep)
+  if route == 'queue' then took_part() end
 elseif route ~= 'killswitch' then
   return redis.error_reply('unknown route ' .. route)
 end
@@ -154,6 +166,8 @@ def _submit_script(keys: BotKeys) -> str:
         "@INBOX@": suffix(keys.inbox(probe)),
         "@APPROVALS@": suffix(keys.approval_presses(probe)),
         "@AWAITING@": suffix(keys.awaiting(probe)),
+        "@PARTICIPANTS@": suffix(keys.participants(probe)),
+        "@PARTICIPANTS_TTL@": str(TURN_KEY_TTL_S),
         "@KEEP@": str(TOMBSTONE_TTL_S),
         "@BELL_TTL@": str(BELL_TTL_S),
         "@DEDUPE_TTL@": str(DEDUPE_TTL_S),
@@ -282,6 +296,7 @@ class Queue:
             stop_turn,
             event.author_name or event.author,
             repr(event.sent_at),
+            event.person,
         ]
         try:
             status, route, result = await self._submit(keys=keys, args=args)

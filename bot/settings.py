@@ -10,6 +10,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.logs import LogFormat, LogLevel
+from bot.people import People, parse_people
 
 __all__ = ["Settings"]
 
@@ -74,13 +75,14 @@ class Settings(BaseSettings):
     """A JSON list of MCP servers whose tools the agent may call (format and safe defaults in
     `agent_core.tools.mcp.config`); empty: none."""
     responders: str = Field(default="", validation_alias="CHATOPS_RESPONDERS")
-    """Comma-separated platform user ids (Slack `U…`, Feishu `ou_…`) of the responder groups:
-    the people who may approve a call that changes something. Empty: nobody can approve, so
-    every such call is denied or expires (approvals fail closed)."""
+    """Comma-separated qualified ids (`slack:U…`, `feishu:ou_…`, `console:<user>`) of the
+    responder groups: the people who may approve a call that changes something. A bare id
+    matches on Slack and Feishu, never the console, and is warned about (`bot.people`). Empty:
+    nobody can approve, so every such call is denied or expires (approvals fail closed)."""
     admins: str = Field(default="", validation_alias="CHATOPS_ADMINS")
-    """Comma-separated platform user ids of the admins: the people who may pull the kill switch
-    in chat (`@chatops killswitch on|off|status`). Empty: nobody can (it fails closed); the
-    `chatops killswitch` command works regardless."""
+    """Comma-separated qualified ids of the admins (read as `CHATOPS_RESPONDERS`): the people
+    who may pull the kill switch in chat (`@chatops killswitch on|off|status`). Empty: nobody
+    can (it fails closed); the `chatops killswitch` command works regardless."""
     approval_timeout_s: float = Field(
         default=900.0, gt=0, le=86_400, validation_alias="CHATOPS_APPROVAL_TIMEOUT_S"
     )
@@ -145,14 +147,21 @@ class Settings(BaseSettings):
     itself. Needs the `chatops[otel]` extra."""
 
     @property
-    def responder_ids(self) -> frozenset[str]:
-        """`CHATOPS_RESPONDERS` as a set of user ids."""
-        return frozenset(part.strip() for part in self.responders.split(",") if part.strip())
+    def responder_ids(self) -> People:
+        """`CHATOPS_RESPONDERS` as a group matched against qualified ids."""
+        return parse_people(self.responders)
 
     @property
-    def admin_ids(self) -> frozenset[str]:
-        """`CHATOPS_ADMINS` as a set of user ids."""
-        return frozenset(part.strip() for part in self.admins.split(",") if part.strip())
+    def admin_ids(self) -> People:
+        """`CHATOPS_ADMINS` as a group matched against qualified ids."""
+        return parse_people(self.admins)
+
+    @field_validator("responders", "admins")
+    @classmethod
+    def _people(cls, value: str) -> str:
+        """An entry with an unknown platform (`slak:U0123`) is refused at start-up."""
+        parse_people(value)
+        return value
 
     @field_validator("console_token", "otel_endpoint", mode="before")
     @classmethod

@@ -18,7 +18,14 @@ product, so an enum member added without a row fails. The principles the rows en
   thread and state: it is never a steer or a start, and only an admin may pull it.
 
 Who may do what is a second table, `AUTHORITY` (action → roles), checked by `authorize` at
-ingress and by `may` again in the worker. `docs/control-commands.md` tells users both.
+ingress and by `may` again in the worker. `docs/control-commands.md` tells users both. Roles are
+held by platform-qualified people (`ChatEvent.person`, `bot.people`): a console user never holds
+a Slack or Feishu user's roles.
+
+The two-person rule (`TWO_PERSON`): the second person is neither the one who asked for the
+analysis nor anyone who took part in it (`PARTICIPANTS`: whose redirect or answer reached it,
+RELIABILITY X11). A call nobody asked for (a scheduled job's run) has no first person, so it
+needs two distinct approvers instead (`approvals_needed`, X12).
 """
 
 from __future__ import annotations
@@ -40,9 +47,11 @@ from bot.events import AuthorKind, ChatEvent, EventKind
 
 __all__ = [
     "AUTHORITY",
+    "PARTICIPANTS",
     "POLICY",
     "RULES",
     "TWO_PERSON",
+    "UNATTENDED_APPROVALS",
     "Action",
     "Decision",
     "Marker",
@@ -52,6 +61,7 @@ __all__ = [
     "RunState",
     "ThreadRelation",
     "Verdict",
+    "approvals_needed",
     "authorize",
     "classify",
     "decide",
@@ -358,6 +368,9 @@ class Role(StrEnum):
     """A member of a responder group configured by the operator (on-call, SRE)."""
     ADMIN = "admin"
     """A person the operator configured as an admin of the whole bot (`CHATOPS_ADMINS`)."""
+    PARTICIPANT = "participant"
+    """A person whose redirect or answer reached the session's analysis (a steer, a message
+    kept for its next turn, a follow-up request): they shaped what it asks for."""
 
 
 class Action(StrEnum):
@@ -392,7 +405,16 @@ AUTHORITY: Final[Mapping[Action, frozenset[Role]]] = MappingProxyType(
 """The default authority table: which roles may take each action."""
 
 TWO_PERSON: Final[frozenset[Action]] = frozenset({Action.APPROVE_DESTRUCTIVE})
-"""Actions the person who asked for them may not approve themselves (RELIABILITY.md A5)."""
+"""Actions the person who asked for them may not approve themselves (RELIABILITY.md A5), nor
+anyone who took part in the analysis (`PARTICIPANTS`, X11)."""
+
+PARTICIPANTS: Final[frozenset[Role]] = frozenset({Role.INITIATOR, Role.PARTICIPANT})
+"""Roles of the people who shaped an analysis: never its second person."""
+
+UNATTENDED_APPROVALS: Final[Mapping[Action, int]] = MappingProxyType(
+    {Action.APPROVE: 1, Action.APPROVE_DESTRUCTIVE: 2}
+)
+"""Distinct approvals a call nobody asked for (a scheduled job's) needs, per action (X12)."""
 
 _NEEDS: Final[Mapping[Decision, Action]] = MappingProxyType(
     {
@@ -419,9 +441,19 @@ def may(
         is_requester: The person asked for the action being approved (two-person rule).
         authority: The authority table; operators' configuration replaces the default.
     """
-    if is_requester and action in TWO_PERSON:
+    if action in TWO_PERSON and (is_requester or roles & PARTICIPANTS):
         return False
     return bool(roles & authority.get(action, frozenset()))
+
+
+def approvals_needed(action: Action, *, unattended: bool) -> int:
+    """How many distinct people must approve a call before it runs.
+
+    Args:
+        action: `Action.APPROVE` or `Action.APPROVE_DESTRUCTIVE`.
+        unattended: Nobody asked for the analysis (a scheduled job's run).
+    """
+    return UNATTENDED_APPROVALS.get(action, 1) if unattended else 1
 
 
 def required_action(decision: Decision) -> Action | None:

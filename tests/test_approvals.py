@@ -61,7 +61,7 @@ def mcp_servers(journal: Path, risk: str) -> str:
 def mcp_settings(base: Settings, journal: Path, risk: str, **extra: Any) -> Settings:
     fields = {
         "CHATOPS_MCP_SERVERS": mcp_servers(journal, risk),
-        "CHATOPS_RESPONDERS": f"{RESPONDER},{sg.SLACK_USER_ID}",
+        "CHATOPS_RESPONDERS": f"slack:{RESPONDER},slack:{sg.SLACK_USER_ID}",
         **extra,
     }
     return base.model_copy(
@@ -201,7 +201,7 @@ async def test_h3_approved_call_runs_once_on_a_later_turn(
     assert "restart" in results[1]["content"] and "error" not in results[1]["content"]
     assert "Restarted checkout." in card_text(final_card(slack_api, thread))
     (decided,) = await records(redis_client, thread)
-    assert decided.verdict is Verdict.APPROVED and decided.decided_by == RESPONDER
+    assert decided.verdict is Verdict.APPROVED and decided.decided_by == f"slack:{RESPONDER}"
     assert decided.decided_at >= decided.requested_at and decided.started_at > 0
     assert json.loads(decided.arguments) == {"pod": "checkout-7f9"}
     await history_is_closed(redis_client, thread)
@@ -239,7 +239,7 @@ async def test_a4_forged_presses_are_refused_then_a_deny_closes_the_call(
     await side_effect_bot.worker.wait_finished(2)
     assert restarts(journal) == 0
     results = [m for m in fake_llm.requests[1].messages if m["role"] == "tool"]
-    assert results[-1]["content"].startswith(f"denied by {RESPONDER}")
+    assert results[-1]["content"].startswith(f"denied by slack:{RESPONDER}")
     assert "Left the pod alone." in card_text(final_card(slack_api, thread))
     await history_is_closed(redis_client, thread)
 

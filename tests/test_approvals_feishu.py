@@ -60,6 +60,7 @@ def bot_settings(bot_settings: Settings, feishu_api: FakeFeishuAPI, journal: Pat
             "feishu_domain": feishu_api.base_url,
         }
     )
+    # A bare id, as written before ids were qualified: it matches on Feishu (`bot.people`).
     return mcp_settings(with_feishu, journal, "side_effect", CHATOPS_RESPONDERS=RESPONDER)
 
 
@@ -143,7 +144,7 @@ async def test_f13_presses_on_the_feishu_card_decide_the_waiting_call(
     assert "toast" not in await send(bot, "/feishu/card", outsider)
     record = await the_record(redis_client)
     assert record.verdict is Verdict.PENDING
-    assert list(record.refusals) == [f"{OUTSIDER}: only a responder may approve this call"]
+    assert list(record.refusals) == [f"feishu:{OUTSIDER}: only a responder may approve this call"]
     assert restarts(journal) == 0 and len(fake_llm.requests) == 1
 
     press = approval_press(values["approve"], card_id, RESPONDER)
@@ -158,7 +159,7 @@ async def test_f13_presses_on_the_feishu_card_decide_the_waiting_call(
     assert restarts(journal) == 1
     assert len(fake_llm.requests) == 2 and fake_llm.requests[1].status == 200
     record = await the_record(redis_client)
-    assert record.verdict is Verdict.APPROVED and record.decided_by == RESPONDER
+    assert record.verdict is Verdict.APPROVED and record.decided_by == f"feishu:{RESPONDER}"
     validate_history(await HistoryStore(redis_client).load(SESSION))
 
     final_id, final_states = card_states(feishu_api)

@@ -196,8 +196,18 @@ async def test_a_wrong_or_missing_token_is_401_and_starts_nothing(bot, redis_cli
         (b'{"type": "shout", "text": "hi"}', "type"),
         (
             b'{"type": "action", "channel": "c", "thread": "t", "user": "u",'
-            b' "action": "approve", "value": "turn"}',
+            b' "action": "restart", "value": "turn"}',
             "action",
+        ),
+        (  # X10: a console user never names another platform's person
+            b'{"type": "message", "channel": "c", "thread": "t", "message_id": "m",'
+            b' "user": "slack:U0ADMIN01", "text": "hi"}',
+            "user",
+        ),
+        (
+            b'{"type": "action", "channel": "c", "thread": "t", "user": "console:alice",'
+            b' "action": "stop", "value": "turn"}',
+            "user",
         ),
         (
             b'{"type": "message", "channel": "c", "thread": "t", "message_id": "m",'

@@ -14,7 +14,16 @@ refused, so a client's typo is a 400 rather than a silently dropped field):
  "user": "alice", "text": "why is checkout slow?", "mention": true}
 {"type": "action", "channel": "ops", "thread": "t-1", "user": "alice",
  "action": "stop", "value": "<turn id, the card's turn_id>"}
+{"type": "action", "channel": "ops", "thread": "t-1", "user": "alice",
+ "action": "approve", "value": "<the value the card shows after /approve>"}
 ```
+
+Identity: the token proves only that a console sent the request, so `user` is whatever the
+client says. Inside the bot it is `console:<user>` (`ChatEvent.person`), so it never equals a
+Slack or Feishu user, and a bare id in `CHATOPS_ADMINS`/`CHATOPS_RESPONDERS` never matches it
+(`bot.people`, RELIABILITY X10). A `user` containing `:` (`slack:U0123`, `console:alice`) is
+refused with a 400: it would read as another platform's id to a person, and stays unambiguous
+this way.
 """
 
 from __future__ import annotations
@@ -24,7 +33,15 @@ import uuid
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
 
 from bot.errors import MalformedRequest, NotAuthentic
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
@@ -44,6 +61,16 @@ _Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 """A channel, thread, message or user id: never empty, never absurdly long."""
 
 
+def _bare_user(user: str) -> str:
+    if ":" in user:
+        raise ValueError("a console user is a bare name without ':' (it is console:<user> here)")
+    return user
+
+
+_User = Annotated[_Id, AfterValidator(_bare_user)]
+"""Who a console client says it is: `console:<user>` inside the bot."""
+
+
 class ConsoleMessage(BaseModel):
     """A message typed in a console thread."""
 
@@ -55,24 +82,25 @@ class ConsoleMessage(BaseModel):
     """The thread's root: the first message's `message_id` for a new thread."""
     message_id: _Id
     """Unique per message: it is the event id too, so a client's retry is deduplicated."""
-    user: _Id
+    user: _User
     text: str = Field(max_length=40_000)
     mention: bool = False
     """The message addresses the bot (starts an analysis outside a live thread)."""
 
 
 class ConsoleAction(BaseModel):
-    """A press of a card's button (only Stop exists on console cards)."""
+    """A press of a card's button: Stop, or Approve/Deny of a waiting call."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     type: Literal["action"]
     channel: _Id
     thread: _Id
-    user: _Id
-    action: Literal["stop"]
+    user: _User
+    action: Literal["stop", "approve", "deny"]
     value: _Id
-    """The turn id the card showed (`turn_id` of the card's JSON)."""
+    """Stop: the turn id the card showed (`turn_id` of the card's JSON). Approve, deny: the
+    call's value the card shows (`<call id>|<digest>`)."""
 
 
 _BODY: TypeAdapter[ConsoleMessage | ConsoleAction] = TypeAdapter(
