@@ -47,6 +47,7 @@ bench: install redis-server
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/ingress.py --quick
 	$(BIN)/python bench/drain.py
+	$(BIN)/python bench/hygiene.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
