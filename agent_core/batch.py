@@ -15,6 +15,13 @@ as the call itself (`abort` for an interruptible tool), so a stop during the wai
 "interrupted" and nothing runs again; a must-complete tool's wait ends at a stop, which leaves
 its last failure as the answer (a stop starts nothing new).
 
+Text from outside (docs/reliability.md X9): a tool's output and failures are quoted as untrusted
+data by the `guarded` wrapper (`agent_core.tools.hygiene`) before they get here, so a failure is
+written as `error: ` and its already quoted text, and its `retryable` flag still decides the
+retry. The one failure raised here that quotes outside text, a schema error quoting the model's
+arguments (which may repeat what a tool returned), is quoted here with the same function
+(`agent_core.untrusted.quote_untrusted`); the rest of the batch's own wording quotes nothing.
+
 Results are handed to `on_result` one by one as they arrive (for the ledger and the journal); the
 batch returns them in call order.
 """
@@ -31,6 +38,7 @@ from agent_core.errors import ToolFailed
 from agent_core.interrupts import INTERRUPTED, TurnSignals, until_set
 from agent_core.messages import ToolCall, ToolMessage, ToolStatus
 from agent_core.tools.base import Risk, Tool, ToolContext, Toolset
+from agent_core.untrusted import QuoteKind, neutralise_markers, quote_untrusted
 
 __all__ = ["ResultSink", "needs_approval", "parse_arguments", "run_batch"]
 
@@ -53,7 +61,12 @@ def parse_arguments(call: ToolCall, toolset: Toolset) -> Mapping[str, Any]:
         raise ToolFailed(f"arguments are not valid JSON ({exc.msg} at {exc.pos})") from exc
     if not isinstance(args, dict):
         raise ToolFailed("arguments must be a JSON object")
-    toolset.check_arguments(call.name, args)
+    try:
+        toolset.check_arguments(call.name, args)
+    except ToolFailed as exc:
+        quoted = quote_untrusted(call.name, str(exc), kind=QuoteKind.TOOL_ERROR)
+        detail = f"invalid arguments for {call.name}; the details quote them.\n{quoted}"
+        raise ToolFailed(detail) from exc
     return args
 
 
@@ -212,9 +225,9 @@ async def _answer_one(
     tool = toolset.get(call.name)
     if tool is None:
         offered = ", ".join(sorted(t.name for t in toolset)) or "none"
-        result = _answer(
-            call, f"error: unknown tool {call.name!r} (offered: {offered})", ToolStatus.ERROR
-        )
+        name = neutralise_markers(call.name)  # the model's own words, but maybe copied
+        text = f"error: unknown tool {name!r} (offered: {offered})"
+        result = _answer(call, text, ToolStatus.ERROR)
     else:
         try:
             result = await _execute(call, tool, toolset, ctx, signals, diag, approved)

@@ -11,12 +11,18 @@ the child's report (`done` with the answer, `failed` with the reason, `cancelled
 which reaches the parent's inbox and, when it finishes the dispatch, wakes the parent. The
 reaper finalizes a dead worker's child the same way, so a child whose worker vanished still
 reports (as failed).
+
+Everything a child or a parent writes to the other is quoted as untrusted data
+(`agent_core.untrusted.quote_untrusted`, docs/reliability.md X9): a report and a question are
+written by a model that read tool output. The note's first line is the runtime's (who, which
+task, which state); the text itself is inside one block whose markers are neutralised.
 """
 
 from __future__ import annotations
 
 from agent_core.errors import ToolFailed
 from agent_core.tools.base import ToolContext
+from agent_core.untrusted import QuoteKind, aquote_untrusted, neutralise_markers
 from bot.events import ChatEvent, Platform
 from bot.platform import CardRef, CardTarget
 from bot.subagents import ChildState, SubagentRegistry
@@ -79,9 +85,11 @@ class SubagentDesk:
         record = await self._registry.child(event.workspace, event.thread)
         if record is None:
             raise ToolFailed("parent unavailable: its analysis is gone")
+        quoted = await aquote_untrusted(record.child_id, question, kind=QuoteKind.SUBAGENT_MESSAGE)
         note = (
-            f"Sub-agent {record.child_id} (task: {record.task}) asks: {question} — answer it "
-            f'with answer_child(child_id="{record.child_id}", answer=…).'
+            f"Sub-agent {record.child_id} (task: {neutralise_markers(record.task)}) asks: "
+            f'the question is below; answer it with answer_child(child_id="{record.child_id}", '
+            f"answer=…).\n{quoted}"
         )
         state = await self._registry.move(record, ChildState.AWAITING, question=question, note=note)
         if state is not ChildState.AWAITING:
@@ -126,8 +134,12 @@ class SubagentCards:
         if record is None or record.state.is_final:
             return
         report = card.answer if state is ChildState.DONE else (card.error or card.status.value)
-        note = f"Report from sub-agent {record.child_id} (task: {record.task}), {state.value}: "
-        await self._registry.move(record, state, report=report, note=note + report)
+        quoted = await aquote_untrusted(record.child_id, report, kind=QuoteKind.SUBAGENT_REPORT)
+        note = (
+            f"Report from sub-agent {record.child_id} (task: {neutralise_markers(record.task)}), "
+            f"{state.value}: the report is below.\n{quoted}"
+        )
+        await self._registry.move(record, state, report=report, note=note)
 
     async def set_status(self, target: CardTarget, status: str) -> None:
         """No status line: nothing is shown."""

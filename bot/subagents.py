@@ -34,6 +34,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
 
 from agent_core.store import TURN_KEY_TTL_S, map_redis_errors
+from agent_core.untrusted import QuoteKind, aquote_untrusted
 from bot.events import AuthorKind, ChatEvent, Platform
 from bot.followups import Followups
 from bot.keys import BotKeys
@@ -359,7 +360,7 @@ class SubagentRegistry:
             author=record.parent_session,
             author_name="your parent analysis",
             author_kind=AuthorKind.SUBAGENT,
-            text=f"Answer to your question ({record.question}): {answer}",
+            text=await _answer_note(record.question, answer),
         )
         with map_redis_errors("answer a sub-agent"):
             await self._redis.rpush(k.inbox(record.session_id), note.model_dump_json())
@@ -397,6 +398,13 @@ class SubagentRegistry:
             await self._redis.delete(k.inbox(parent_session))
             await self._redis.srem(k.parents, parent_session)
         return stopped
+
+
+async def _answer_note(question: str, answer: str) -> str:
+    """The child's inbox note of its parent's answer: both quoted as untrusted data (X9)."""
+    text = f"Your question: {question}\n\nThe answer: {answer}"
+    quoted = await aquote_untrusted("parent", text, kind=QuoteKind.SUBAGENT_MESSAGE)
+    return f"Answer to your question, from your parent analysis: it is below.\n{quoted}"
 
 
 def _note(record: ChildRecord, text: str) -> ChatEvent:
