@@ -128,7 +128,9 @@ PHRASES: Final[Mapping[str, ControlIntent | None]] = MappingProxyType(
 MAX_COMMAND_CHARS: Final = 200
 """A normalized message longer than this is never a command (it is far longer than any)."""
 
-_SHORTCODE: Final = re.compile(r":[a-z0-9_+-]{2,}:")
+# Linear time on any text (docs/reliability.md X1): an attempt starts only at `:`, and its
+# possessive run cannot contain `:`, so no character is read by more than two attempts.
+_SHORTCODE: Final = re.compile(r":[a-z0-9_+-]{2,}+:")
 
 
 # ASCII letters and digits are kept; every other ASCII character becomes a space.

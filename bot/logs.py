@@ -10,8 +10,10 @@ Contract:
   (`bind`, `log_context`). asyncio gives each task a copy of its creator's context, so the
   lines of concurrent analyses on one worker each carry their own ids. A record's own
   `extra={"session": …}` wins over the context.
-- This module adds ids only: what a message may say is the caller's business (RELIABILITY
-  A10: no secret, token or raw body at INFO; `tests/test_log_hygiene.py`, `tests/test_logs.py`).
+- What a message may say is the caller's business (RELIABILITY A10: no secret, token or raw
+  body at INFO; `tests/test_log_hygiene.py`, `tests/test_logs.py`); as a last guard, both
+  formatters pass the message and any traceback through `agent_core.redaction.redact`
+  (docs/reliability.md X5), which is linear in the text and costs microseconds on a log line.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import IO, Literal
+
+from agent_core.redaction import redact
 
 __all__ = [
     "CHATTY_LOGGERS",
@@ -104,7 +108,7 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact(record.getMessage()),
         }
         for name in _IDS:
             if (value := getattr(record, name, None)) is not None:
@@ -112,9 +116,9 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             record.exc_text = record.exc_text or self.formatException(record.exc_info)
         if record.exc_text:
-            entry["exc"] = record.exc_text
+            entry["exc"] = redact(record.exc_text)
         if record.stack_info:
-            entry["stack"] = self.formatStack(record.stack_info)
+            entry["stack"] = redact(self.formatStack(record.stack_info))
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
@@ -126,7 +130,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """The record as a text line (its traceback, if any, below it)."""
-        text = super().format(record)
+        text = redact(super().format(record))
         ids = " ".join(
             f"{name}={value}" for name in _IDS if (value := getattr(record, name, None)) is not None
         )
