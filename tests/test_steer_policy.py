@@ -28,6 +28,7 @@ from bot.steer_policy import (
     AUTHORITY,
     POLICY,
     RULES,
+    UNATTENDED_APPROVALS,
     Action,
     Decision,
     Marker,
@@ -36,6 +37,7 @@ from bot.steer_policy import (
     Rule,
     RunState,
     ThreadRelation,
+    approvals_needed,
     authorize,
     classify,
     decide,
@@ -374,6 +376,10 @@ ANYONE = frozenset({R.CHANNEL_MEMBER})
         (Action.APPROVE_DESTRUCTIVE, frozenset({R.RESPONDER}), False, True),
         (Action.APPROVE_DESTRUCTIVE, frozenset({R.RESPONDER}), True, False),  # A5
         (Action.APPROVE_DESTRUCTIVE, frozenset(R), True, False),  # A5, whatever else they are
+        (Action.APPROVE_DESTRUCTIVE, frozenset({R.RESPONDER, R.PARTICIPANT}), False, False),  # X11
+        (Action.APPROVE_DESTRUCTIVE, frozenset({R.RESPONDER, R.INITIATOR}), False, False),  # X11
+        (Action.APPROVE, frozenset({R.RESPONDER, R.PARTICIPANT}), False, True),  # not destructive
+        (Action.STEER, frozenset({R.PARTICIPANT}), False, True),
         (Action.KILL_SWITCH, frozenset({R.ADMIN}), False, True),
         (Action.KILL_SWITCH, frozenset({R.ADMIN}), True, True),  # no second person needed
         (Action.KILL_SWITCH, frozenset(R) - {R.ADMIN}, False, False),  # responders included
@@ -384,6 +390,15 @@ def test_default_authority(
     action: Action, roles: frozenset[Role], is_requester: bool, allowed: bool
 ) -> None:
     assert may(action, roles, is_requester=is_requester) is allowed
+
+
+def test_x12_a_call_nobody_asked_for_needs_two_approvals_only_when_destructive() -> None:
+    """X12: unattended destructive calls need two distinct approvers; everything else one."""
+    assert approvals_needed(Action.APPROVE_DESTRUCTIVE, unattended=True) == 2
+    assert approvals_needed(Action.APPROVE, unattended=True) == 1
+    for action in Action:
+        assert approvals_needed(action, unattended=False) == 1
+    assert set(UNATTENDED_APPROVALS) == {Action.APPROVE, Action.APPROVE_DESTRUCTIVE}
 
 
 def test_the_authority_table_names_every_action() -> None:
