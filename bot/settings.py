@@ -69,8 +69,15 @@ class Settings(BaseSettings):
     """Root URL of the Prometheus server the `prometheus_query` tool reads (e.g.
     `http://prometheus:9090`); unset or empty: the agent has no Prometheus tool."""
     shell_allowlist: str = Field(default="", validation_alias="CHATOPS_SHELL_ALLOWLIST")
-    """Comma-separated command prefixes the read-only `shell` tool may run (e.g.
-    `kubectl get,kubectl logs,df`); empty: the agent has no shell tool."""
+    """Comma-separated profiled commands the read-only `shell` tool may run, each a program and
+    optionally its subcommands and absolute path roots (e.g. `kubectl get,kubectl logs,df,cat
+    /var/log`); each runs only as its profile admits. Empty: the agent has no shell tool."""
+    shell_profiles_file: str | None = Field(
+        default=None, validation_alias="CHATOPS_SHELL_PROFILES_FILE"
+    )
+    """A TOML file of operators' shell profiles (schema in `agent_core.tools.shell_profiles`),
+    adding programs to the shipped ones or replacing them; an invalid profile, or one admitting
+    a never-admitted flag, stops the worker at start-up. Unset: the shipped profiles only."""
     mcp_servers: str = Field(default="", validation_alias="CHATOPS_MCP_SERVERS")
     """A JSON list of MCP servers whose tools the agent may call (format and safe defaults in
     `agent_core.tools.mcp.config`); empty: none."""

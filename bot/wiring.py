@@ -24,7 +24,7 @@ from agent_core.tools.bounded_body import BodyLimit
 from agent_core.tools.http_probe import http_probe_tool
 from agent_core.tools.hygiene import guarded
 from agent_core.tools.prometheus import prometheus_tool
-from agent_core.tools.shell import CommandAllowlist, shell_tool
+from agent_core.tools.shell import MAX_OUTPUT_BYTES, CommandAllowlist, ShellProfiles, shell_tool
 from agent_core.tools.subagents import subagent_tools
 from bot.actor import Actor, ActorOptions
 from bot.audit import AuditedModel, AuditLog
@@ -264,12 +264,17 @@ async def open_worker(
                 tools.append(prometheus_tool(prometheus_url, http, limit=limit))
             except ConfigError as exc:
                 raise BotConfigError(f"CHATOPS_PROMETHEUS_URL: {exc}") from exc
+        try:
+            profiles = ShellProfiles.load(settings.shell_profiles_file)
+        except ConfigError as exc:
+            raise BotConfigError(f"CHATOPS_SHELL_PROFILES_FILE: {exc}") from exc
         if settings.shell_allowlist.strip():
             try:
-                commands = CommandAllowlist.parse(settings.shell_allowlist)
+                commands = CommandAllowlist.parse(settings.shell_allowlist, profiles)
             except ConfigError as exc:
                 raise BotConfigError(f"CHATOPS_SHELL_ALLOWLIST: {exc}") from exc
-            tools.append(shell_tool(commands))
+            cap = min(settings.tool_max_bytes, MAX_OUTPUT_BYTES)
+            tools.append(shell_tool(commands, max_output_bytes=cap))
         if settings.mcp_servers.strip():
             # Imported only when configured: the `mcp` package adds ~0.3 s to a worker's start.
             from agent_core.tools.mcp import open_mcp_tools, parse_mcp_servers
