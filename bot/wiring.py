@@ -283,7 +283,7 @@ async def open_worker(
                 mcp_servers = parse_mcp_servers(settings.mcp_servers)
             except ConfigError as exc:
                 raise BotConfigError(f"CHATOPS_MCP_SERVERS: {exc}") from exc
-            tools.extend(await open_mcp_tools(mcp_servers, stack))
+            tools.extend(await open_mcp_tools(mcp_servers, stack, max_bytes=limit.max_bytes))
         toolset = failpoints.toolset(guarded(Toolset.of(tools)))
         audit = AuditLog.from_settings(redis, keys, settings)
         runtime = Runtime(

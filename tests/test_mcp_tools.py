@@ -267,7 +267,7 @@ async def test_allowlisted_tools_are_listed_with_schema_and_risk(
     assert sorted(by_name) == sorted(
         ["k8s__pod_logs", "k8s__dashboard", "k8s_admin__restart_pod"]
         + [f"k8s_all__{t}" for t in ("pod_logs", "dashboard", "restart_pod")]
-        + [f"k8s_all__{t}" for t in ("fetch_upstream", "drain_node", "server_pid")]
+        + [f"k8s_all__{t}" for t in ("fetch_upstream", "drain_node", "server_pid", "flood")]
     )
     logs = by_name["k8s__pod_logs"]
     assert logs.parameters["properties"]["pod"]["type"] == "string"
@@ -309,6 +309,51 @@ async def test_results_errors_and_other_content_reach_the_model(
     history = await runtime.store.load(SESSION)
     statuses = [m.status for m in history if isinstance(m, ToolMessage)]
     assert statuses == [ToolStatus.OK, ToolStatus.OK, ToolStatus.ERROR]
+
+
+@pytest.mark.parametrize("kind", ["text", "resource", "error"])
+async def test_an_oversized_result_is_cut_at_the_byte_limit_with_a_notice(
+    server: ServerFactory, kind: str
+) -> None:
+    """X4: a real server's 512 KiB result (text, embedded resource, error) read to 64 KiB only."""
+    limit = 64 * 1024
+    async with AsyncExitStack() as stack:
+        tools = await open_mcp_tools(
+            [server("k8s", risk="read_only", tools=("flood",))], stack, max_bytes=limit
+        )
+        [flood] = tools
+        notice = f"[truncated: read the first {limit} bytes of a longer result]"
+        if kind == "error":
+            with pytest.raises(ToolFailed) as raised:
+                await flood.handler({"kind": kind, "kib": 512}, Ctx())
+            shown = str(raised.value)
+        else:
+            shown = await flood.handler({"kind": kind, "kib": 512}, Ctx())
+    assert "line 0000000 payments-db timeout\nline 0000001" in shown[:100]
+    assert shown.endswith(notice)
+    assert shown.splitlines()[-2].startswith("… [truncated ")  # the model's character cut
+    assert len(shown.encode()) <= MAX_RESULT_CHARS + 200
+
+
+def test_structured_content_is_serialised_only_up_to_the_limit() -> None:
+    """X4: a huge structured result is written out piece by piece and stopped at the limit."""
+    rows = [{"pod": f"api-{n}", "restarts": n} for n in range(200_000)]  # about 6 MB as JSON
+    result = mcp_types.CallToolResult(content=[], structured_content={"rows": rows})
+    shown = render_result(result, max_bytes=4096)
+    assert shown.startswith('{"rows": [{"pod": "api-0", "restarts": 0}')
+    assert shown.endswith("[truncated: read the first 4096 bytes of a longer result]")
+    assert len(shown) < 4096 + 100
+
+
+def test_a_result_is_cut_on_a_character_boundary_and_counted_in_bytes() -> None:
+    """X4: the limit counts UTF-8 bytes; a character is never split; under it, nothing changes."""
+    text = "磁盘已满" * 100  # 3 bytes each: 1,200 bytes
+    result = mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)])
+    assert render_result(result, max_bytes=1200) == text
+    cut = render_result(result, max_bytes=1000)
+    first, notice = cut.split("\n")
+    assert first == text[:333] and len(first.encode()) == 999
+    assert notice == "[truncated: read the first 1000 bytes of a longer result]"
 
 
 async def test_a_call_breaking_the_schema_never_reaches_the_server(

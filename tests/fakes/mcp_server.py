@@ -13,7 +13,8 @@ accepts them, so the test never waits for the server to come up.
 
 Tools: `pod_logs(pod)` (text), `dashboard(name)` (text and an image), `restart_pod(pod)` (counts
 its runs in the journal), `fetch_upstream(url)` (an HTTP GET: slow when the URL holds),
-`drain_node(node)` (always an `isError` result), `server_pid()` (its process id).
+`drain_node(node)` (always an `isError` result), `server_pid()` (its process id),
+`flood(kind, kib)` (a result of `kib` KiB: `text`, an embedded `resource`, or an `error`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import uvicorn
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ImageContent, TextContent
+from mcp.types import EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
 PIXEL = base64.b64encode(b"\x89PNG\r\n\x1a\n fake pixel").decode()
 
@@ -97,6 +98,18 @@ def server_pid() -> int:
 def drain_node(node: str) -> str:
     """Drain a node."""
     raise ToolError(f"node {node} is cordoned by another operation")
+
+
+@server.tool()
+def flood(kind: str, kib: int) -> list[TextContent | EmbeddedResource]:
+    """Return `kib` KiB of log lines as text, as an embedded resource, or as an error."""
+    lines = "".join(f"line {n:07d} payments-db timeout\n" for n in range(kib * 1024 // 32))
+    if kind == "error":
+        raise ToolError(lines)
+    if kind == "resource":
+        resource = TextResourceContents(uri="file:///var/log/app.log", text=lines)
+        return [EmbeddedResource(type="resource", resource=resource)]
+    return [TextContent(text=lines)]
 
 
 async def _serve_http(fd: int) -> None:

@@ -13,7 +13,8 @@ Contract:
   way.
 - Risk, idempotence and interruptibility come from the server's configured tier (see
   `agent_core.tools.mcp.config`): read-only tools are abortable, others must complete.
-- A result is its text content, joined; other content is named, not shown ("[image omitted …]").
+- A result is its text content, joined; other content is named, not shown ("[image omitted …]");
+  it is read up to `max_bytes` bytes before anything else handles it (see `content`).
   `isError`, a protocol error or a lost connection raise `ToolFailed`, which the model reads.
 - Cancelling a call (a stop, a steer, the call's timeout) sends the server MCP's
   `notifications/cancelled` and leaves the session usable for the next call.
@@ -42,7 +43,7 @@ from pydantic import ValidationError
 from agent_core.errors import ConfigError, ToolFailed
 from agent_core.tools.base import Interruptibility, Risk, Tool, ToolContext
 from agent_core.tools.mcp.config import HttpServerConfig, McpServerConfig
-from agent_core.tools.mcp.content import render_result
+from agent_core.tools.mcp.content import DEFAULT_MAX_BYTES, render_result
 from agent_core.tools.schema import ArgumentSchema
 
 __all__ = ["CLOSE_TIMEOUT_S", "CONNECT_TIMEOUT_S", "open_mcp_tools", "tool_name"]
@@ -87,8 +88,9 @@ def _map_mcp_errors(server: str, tool: str) -> Iterator[None]:
 class _Session:
     """One server's session, opened, held and closed by its own owner task."""
 
-    def __init__(self, config: McpServerConfig) -> None:
+    def __init__(self, config: McpServerConfig, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.config = config
+        self.max_bytes = max_bytes
         self.client: Client | None = None
         self._closing = asyncio.Event()
         self._owner: asyncio.Task[None] | None = None
@@ -151,7 +153,7 @@ class _Session:
             raise ToolFailed(f"MCP server {self.config.name!r} is disconnected")
         with _map_mcp_errors(self.config.name, tool):
             result = await client.call_tool(tool, dict(args))
-        text = render_result(result)
+        text = render_result(result, max_bytes=self.max_bytes)
         if result.is_error:
             raise ToolFailed(text or f"{tool!r} failed without saying why")
         return text
@@ -240,13 +242,15 @@ async def open_mcp_tools(
     stack: AsyncExitStack,
     *,
     connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> list[Tool]:
     """Connect every server concurrently; return the tools offered, in configuration order.
 
     Each session closes when `stack` does. A server that fails to start is logged and skipped
-    (its tools are missing); this never raises for a server's failure.
+    (its tools are missing); this never raises for a server's failure. Each result is read up
+    to `max_bytes` bytes (`CHATOPS_TOOL_MAX_BYTES`).
     """
-    sessions = [_Session(config) for config in servers]
+    sessions = [_Session(config, max_bytes) for config in servers]
     for session in sessions:
         stack.push_async_callback(session.aclose)
     async with asyncio.TaskGroup() as group:
