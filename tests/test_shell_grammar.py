@@ -145,6 +145,10 @@ REFUSED = [
     ("shadow", "tail /etc/shadow", "the password hashes"),
     ("symlink-to-shadow", "cat {t}/innocent.log", "the password hashes"),
     ("dotdot", "cat /var/log/../../etc/shadow", "climbs out of a directory with `..`"),
+    ("raw-disk", "head -c 512 /dev/sda", "device files (raw disks, memory)"),
+    ("kernel-memory", "cat /proc/kcore", "the kernel's memory"),
+    ("pod-secret-volume", "cat /var/lib/kubelet/pods/u1/volumes/kubernetes.io~secret/db/password",
+     "pods' volumes (mounted secrets)"),
     ("url-operand", "cat https://evil.example/x", "a URL, not a local path"),
     ("tilde", "ls ~/.ssh", "is not a plain path"),
     ("grep-recursive", "grep -r password /etc", "`-r` is not an admitted flag of `grep`"),
@@ -330,3 +334,22 @@ def test_x7_unusable_allowlist_entries_are_config_errors(spec: str, why: str) ->
     """X7: an entry naming no profiled command stops the worker at start-up."""
     with pytest.raises(ConfigError, match=re.escape(why)):
         CommandAllowlist.parse(spec, ShellProfiles.shipped())
+
+
+async def test_x7_a_git_revision_that_names_a_file_is_refused(
+    fake_bin: Path, tmp_path: Path
+) -> None:
+    """X7: outside a work tree `git diff a b` reads two files; such operands are not revisions."""
+    (tmp_path / "notes").write_text("x\n")
+    profiles = ShellProfiles.shipped()
+    tool = shell_tool(
+        CommandAllowlist.parse("git", profiles),
+        cwd=str(tmp_path),
+        env={"PATH": f"{fake_bin}:{SAFE_PATH}"},
+    )
+    with pytest.raises(ToolFailed, match=re.escape("'notes' of `git diff` is the name of a file")):
+        await tool.handler({"command": "git diff notes HEAD"}, Ctx())
+    with pytest.raises(ToolFailed, match="the password hashes"):
+        await tool.handler({"command": "git diff -- innocent.log"}, Ctx())
+    assert not (tmp_path / "ran").exists()
+    assert await tool.handler({"command": "git diff main -- notes"}, Ctx()) == "exit 0\nfake\n"

@@ -33,7 +33,7 @@ from typing import Any
 
 from agent_core.errors import ConfigError
 from agent_core.tools.shell_never_admit import UNPROFILABLE, check_flag
-from agent_core.tools.shell_shapes import SHAPES, path_reason
+from agent_core.tools.shell_shapes import SHAPES, path_reason, rev_reason
 
 __all__ = ["Node", "Operand", "ShellProfiles", "ValueSpec"]
 
@@ -68,6 +68,8 @@ class ValueSpec:
             return None if token in self.choices else f"not one of {', '.join(self.choices)}"
         if self.shape == "path":
             return SHAPES["path"](token) or path_reason(token, cwd)
+        if self.shape == "rev":
+            return SHAPES["rev"](token) or rev_reason(token, cwd)
         return SHAPES[self.shape](token)
 
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import PurePosixPath
 
-__all__ = ["SHAPES", "Shape", "path_reason", "sensitive_reason"]
+__all__ = ["SHAPES", "Shape", "path_reason", "rev_reason", "sensitive_reason"]
 
 Shape = Callable[[str], str | None]
 """A check of one token: None when it fits, else the reason (completing "… is …")."""
@@ -33,6 +33,11 @@ _SENSITIVE_PREFIXES: tuple[tuple[str, str], ...] = (
     ("/etc/sudoers", "the sudo rules"),
     ("/etc/ssh", "the host's SSH keys"),
     ("/root", "root's home directory"),
+    ("/etc/ssl/private", "TLS private keys"),
+    ("/var/lib/kubelet/pods", "pods' volumes (mounted secrets)"),
+    ("/var/lib/etcd", "the cluster's datastore"),
+    ("/proc/kcore", "the kernel's memory"),
+    ("/dev", "device files (raw disks, memory)"),
 )
 _SENSITIVE_PARTS: Mapping[str, str] = {
     ".kube": "a kubeconfig directory",
@@ -78,6 +83,17 @@ def path_reason(token: str, cwd: str | None = None) -> str | None:
     for candidate in (written, os.path.realpath(written)):
         if what := sensitive_reason(candidate):
             return f"a path to {what}, never readable here"
+    return None
+
+
+def rev_reason(token: str, cwd: str | None = None) -> str | None:
+    """Check a git revision operand: one that names a file is refused.
+
+    Outside a work tree `git diff a b` compares two files as `--no-index` would, so an operand
+    taken for a revision must not be a path; paths go after `--`, where `path` checks them.
+    """
+    if os.path.lexists(os.path.join(cwd or os.getcwd(), token)):
+        return "the name of a file (write paths after `--`)"
     return None
 
 
