@@ -211,6 +211,10 @@ async def _run(
             output = await _read_capped(proc.stdout, limit)
             if output.truncated:
                 _kill_group(proc)  # stop it now: nobody reads the rest
+                # Read what the dead group left in the pipe, discarding it, to EOF: that closes
+                # the pipe's transport (memory stays bounded by one chunk).
+                while await proc.stdout.read(_CHUNK):
+                    pass
             code = await proc.wait()
     except TimeoutError as exc:
         raise ToolFailed(f"`{shlex.join(argv)}` timed out after {timeout_s:g} s") from exc
