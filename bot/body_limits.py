@@ -20,6 +20,13 @@ that sends headers and then trickles, or never finishes, its body holds the conn
 route's task for as long as it likes. An ASGI middleware sees a request only once its headers
 are in: the header phase is bounded in bytes by h11's incomplete-event limit (16 KiB), not in
 time; a proxy in front (its client header timeout) bounds that.
+
+`chatops serve` leaves uvicorn's `h11_max_incomplete_event_size` at its default (16 KiB of
+request line and headers, far above any platform's) and sets no `limit_concurrency`: past that
+limit uvicorn answers every new request 503 while connections stay open, so a few hundred
+clients stalling in their headers would turn away the platforms' real deliveries; without it
+they cost only a file descriptor each, and the body deadline frees each connection that got
+as far as a route.
 """
 
 from __future__ import annotations
