@@ -125,10 +125,18 @@ def _head(path: str, length: int) -> bytes:
 
 
 def _until_closed(sock: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection (EOF)."""
+    """Everything the server sends until it closes the connection (EOF, or a reset).
+
+    A reset counts as closed: a server that closes its socket with client bytes still unread
+    (a trickle's last byte, in flight as the 408 went out) sends RST instead of FIN (RFC 9293
+    3.6, "data lost"); uvicorn does no lingering close.
+    """
     received = b""
-    while chunk := sock.recv(65536):
-        received += chunk
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except ConnectionResetError:
+        pass
     return received
 
 
