@@ -71,3 +71,16 @@ async def test_f12_an_event_redis_cannot_take_is_answered_500_for_redelivery() -
     down = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     assert await deliver(Queue(down), sg.feishu_message_receive()) == 500
     await down.aclose()
+
+
+async def test_x14_an_event_holding_a_lone_surrogate_is_acked_and_dropped(redis_client) -> None:
+    """X14: text that cannot be encoded is refused as malformed: acked (never redelivered)."""
+    in_header = sg.feishu_message_receive(event_id="ev-ws-bad-1")
+    in_header["header"]["tenant_key"] = "\ud800"
+    in_content = sg.feishu_message_receive(event_id="ev-ws-bad-2", text="@_user_1 \udfff why")
+    for payload in (in_header, in_content):
+        assert await deliver(Queue(redis_client), payload) == 200
+    assert await redis_client.xlen(BotKeys().turns_stream) == 0
+    emoji = sg.feishu_message_receive(event_id="ev-ws-ok", text="@_user_1 \U0001f525 why")
+    assert await deliver(Queue(redis_client), emoji) == 200
+    assert await redis_client.xlen(BotKeys().turns_stream) == 1

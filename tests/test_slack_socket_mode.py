@@ -257,6 +257,26 @@ async def test_malformed_and_unhandled_envelopes_are_acknowledged_and_dropped(
     assert sample(metrics, "chatops_ingress_rejected_total", platform="slack", status="400") == 2
 
 
+async def test_x14_envelopes_holding_lone_surrogates_are_acknowledged_and_dropped(
+    slack_socket: FakeSocketModeSlack, redis_client: aioredis.Redis
+) -> None:
+    """X14: a lone surrogate is malformed, so acked and dropped; an escaped emoji passes."""
+    metrics = IngressMetrics()
+    bad = [
+        sg.slack_app_mention(text=f"<@{sg.SLACK_BOT_USER_ID}> \ud800 why?"),
+        sg.slack_app_mention(text=f"<@{sg.SLACK_BOT_USER_ID}> why? \udfff"),
+    ]
+    good = sg.slack_app_mention(text=f"<@{sg.SLACK_BOT_USER_ID}> \U0001f525 why?")
+    async with receiving(slack_socket, redis_client, metrics=metrics):
+        conn = await slack_socket.wait_for_connection()
+        for payload in bad:
+            await slack_socket.wait_for_ack(await conn.send(events_api(payload)))
+        assert await stream_len(redis_client) == 0
+        await slack_socket.wait_for_ack(await conn.send(events_api(good)))
+    assert await stream_len(redis_client) == 1
+    assert sample(metrics, "chatops_ingress_rejected_total", platform="slack", status="400") == 2
+
+
 async def test_a_refresh_moves_to_a_new_connection_and_keeps_receiving(
     slack_socket: FakeSocketModeSlack, redis_client: aioredis.Redis
 ) -> None:

@@ -13,14 +13,15 @@ lark-oapi has no way to stop a started client: the thread ends with the process.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from typing import Any
 
 import lark_oapi as lark
 
+from bot import untrusted_json
 from bot.adapters.feishu import FeishuIdentity, normalize_event
+from bot.errors import MalformedRequest
 from bot.queue import Queue
 from bot.routing import Submit, route_event
 from bot.settings import Settings
@@ -54,7 +55,11 @@ class EnqueueHandler:
         self._loop = loop
 
     def _do_without_validation(self, payload: bytes) -> Any:
-        event = normalize_event(json.loads(payload), self._identity)
+        try:
+            event = normalize_event(untrusted_json.loads(payload), self._identity)
+        except MalformedRequest as exc:  # it can never be accepted: acked, so never redelivered
+            log.info("feishu ws event dropped: %s", exc.detail)
+            return None
         if event is None:
             return None
         pending = asyncio.run_coroutine_threadsafe(self._submit(event), self._loop)

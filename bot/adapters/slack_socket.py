@@ -258,11 +258,13 @@ class SlackSocketReceiver:
 
     def _normalize(self, request: SocketModeRequest) -> ChatEvent | None:
         # Re-encoded as the webhook body it stands for, so one parser serves both transports.
+        # ASCII escapes: a lone surrogate the SDK's json.loads let through cannot be encoded as
+        # UTF-8, but escaped it reaches the parser, which refuses it as malformed (X14).
         if request.type == "events_api":
-            body = json.dumps(request.payload, ensure_ascii=False).encode()
+            body = json.dumps(request.payload).encode()
             return parse_slack(body, "application/json", self._identity).event
         if request.type == "interactive":
-            form = urlencode({"payload": json.dumps(request.payload, ensure_ascii=False)})
+            form = urlencode({"payload": json.dumps(request.payload)})
             return parse_slack(
                 form.encode(), "application/x-www-form-urlencoded", self._identity
             ).event

@@ -123,7 +123,9 @@ class SocketConnection:
 
     async def send(self, frame: Mapping[str, Any]) -> str:
         """Send one frame; return its ``envelope_id`` (``""`` for frames without one)."""
-        await self.ws.send_str(json.dumps(frame, ensure_ascii=False))
+        # ASCII escapes, valid JSON either way: text UTF-8 cannot carry (a lone surrogate) can
+        # only arrive escaped.
+        await self.ws.send_str(json.dumps(frame))
         return str(frame.get("envelope_id", ""))
 
     def acks(self) -> list[str]:
