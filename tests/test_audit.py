@@ -121,8 +121,8 @@ async def test_a_steered_then_stopped_analysis_is_audited_in_order(
     # The people: the steer with its text and author, then the stop with its author.
     people = [e for e in events if lane_of(e.kind) == "people"]
     assert [(p.kind, p.who) for p in people] == [
-        ("steer", sg.SLACK_USER_ID),
-        ("stop", sg.SLACK_USER_ID),
+        ("steer", f"slack:{sg.SLACK_USER_ID}"),  # people are platform-qualified (X10)
+        ("stop", f"slack:{sg.SLACK_USER_ID}"),
     ]
     assert people[0].data == {"text": STEER}
 
@@ -180,7 +180,7 @@ async def test_the_cli_exports_jsonl_that_round_trips_and_replays_lanes_and_cuts
         assert f" {lane} " in out
     assert "✂ cut at batch_closed: steer" in out
     assert "✂ cut at start: -" in out
-    assert f"steer: {STEER} (by {sg.SLACK_USER_ID})" in out
+    assert f"steer: {STEER} (by slack:{sg.SLACK_USER_ID})" in out
     assert "settled stopped" in out
     by_turn = await invoke("replay", root)  # the turn id alone: `chatops replay <session|turn>`
     assert by_turn.exit_code == 0, by_turn.output
