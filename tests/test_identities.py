@@ -209,7 +209,8 @@ def test_x10_an_entry_with_another_qualifier_is_refused_at_start_up(entry: str) 
         parse_people(f"slack:U0OK,{entry}")
     for variable in ("CHATOPS_ADMINS", "CHATOPS_RESPONDERS"):
         with pytest.raises(ValidationError, match="is not <platform>:<id>"):
-            Settings(_env_file=None, **{variable: entry})
+            fields: dict[str, Any] = {variable: entry}
+            Settings(_env_file=None, **fields)
 
 
 def test_x10_every_author_is_qualified_by_its_platform() -> None:
