@@ -26,7 +26,7 @@ JOINER = "\u2060"
 
 _TOKENS = re.compile(
     r"(?<=@)(?=channel|here|all|everyone|_all|所有人)"
-    r"|(?<=<)(?=[!@#]|at\b|https?:|mailto:)"
+    r"|(?<=<)(?=[!@#\s]|at\b|https?:|mailto:)"  # `\s`: `< @U1`, `<` + newline + `@` too
     r"|(?<=\])(?=\()",
     re.IGNORECASE,
 )

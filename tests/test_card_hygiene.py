@@ -116,3 +116,9 @@ def test_no_cut_reassembles_an_attack(repeat: int) -> None:
     # Long enough to be cut everywhere it is shown; every cut point is tried across examples.
     text = "x" * repeat + "@channel <!here> " * 300
     assert forbidden_in(adversarial_card(text, CardStatus.ANSWERED)) == {}
+
+
+@pytest.mark.parametrize("text", ["@_all<", "< @U0123", "<\n#C0123", "<\t!here"])
+def test_a_bracket_before_whitespace_and_a_mention_is_defused(text: str) -> None:
+    """Found by the property test: `<` + newline + `@` (a wrapped summary line) survived."""
+    assert forbidden_in(adversarial_card(text, CardStatus.ANSWERED)) == {}
