@@ -22,18 +22,7 @@ from agent_core.tools.address_policy import refusal_reason, resolve_target
 from agent_core.tools.http_probe import http_probe_tool
 from tests.fakes.bomb_server import BombServer
 from tests.fakes.resolver import Answering
-
-
-class Ctx:
-    session_id = "s"
-    turn_id = "t"
-    call_id = ""
-
-    def raise_dispatch(self) -> None:
-        raise AssertionError
-
-    def raise_await(self) -> None:
-        raise AssertionError
+from tests.tool_context import Ctx
 
 
 @pytest.mark.parametrize(

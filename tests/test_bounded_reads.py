@@ -23,22 +23,11 @@ from agent_core import HostAllowlist, ToolFailed, http_get_tool
 from agent_core.tools.bounded_body import ACCEPT_ENCODING, BodyLimit, read_body
 from agent_core.tools.prometheus import prometheus_tool
 from tests.fakes.bomb_server import BombServer
+from tests.tool_context import Ctx
 
 LIMIT = BodyLimit(max_bytes=1 << 20)
 PEAK_BOUND = 48 << 20
 """Peak Python allocations allowed during one read: 48 MiB against a 1 GiB bomb."""
-
-
-class Ctx:
-    session_id = "s"
-    turn_id = "t"
-    call_id = ""
-
-    def raise_dispatch(self) -> None:
-        raise AssertionError
-
-    def raise_await(self) -> None:
-        raise AssertionError
 
 
 @pytest.fixture

@@ -14,18 +14,7 @@ from agent_core import ConfigError, HostAllowlist, ToolFailed, http_get_tool
 from agent_core.tools.http_get import MAX_BODY_CHARS
 from tests.fakes.resolver import Answering
 from tests.fakes.service import SlowService
-
-
-class Ctx:
-    session_id = "s"
-    turn_id = "t"
-    call_id = ""
-
-    def raise_dispatch(self) -> None:
-        raise AssertionError
-
-    def raise_await(self) -> None:
-        raise AssertionError
+from tests.tool_context import Ctx
 
 
 @pytest.mark.parametrize(

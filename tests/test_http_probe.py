@@ -28,6 +28,7 @@ from agent_core.tools.http_probe import http_probe_tool
 from tests.conftest import free_port
 from tests.fakes import openai_provider as fp
 from tests.fakes.service import SlowService
+from tests.tool_context import Ctx
 
 NOT_AFTER = datetime(2099, 1, 31, tzinfo=UTC)
 """The valid certificates' expiry; the tool's clock is set relative to it."""
@@ -37,18 +38,6 @@ _ANSWERS = {
     "/down": b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
     "/old": b"HTTP/1.1 301 Moved Permanently\r\nLocation: /ok\r\nContent-Length: 0\r\n\r\n",
 }
-
-
-class Ctx:
-    session_id = "s"
-    turn_id = "t"
-    call_id = ""
-
-    def raise_dispatch(self) -> None:
-        raise AssertionError
-
-    def raise_await(self) -> None:
-        raise AssertionError
 
 
 class TlsService:

@@ -23,20 +23,9 @@ from bot.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import openai_provider as fp
 from tests.fakes.prometheus_api import DOWN_AT, FakePrometheus
+from tests.tool_context import Ctx
 
 NOW = DOWN_AT + 600
-
-
-class Ctx:
-    session_id = "s"
-    turn_id = "t"
-    call_id = ""
-
-    def raise_dispatch(self) -> None:
-        raise AssertionError
-
-    def raise_await(self) -> None:
-        raise AssertionError
 
 
 @pytest.fixture
