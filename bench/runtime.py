@@ -448,7 +448,7 @@ class _HoldTool:
         self.tool = Tool(
             name="hold",
             description="Holds for a while (in-process).",
-            parameters={"type": "object", "properties": {}},
+            parameters={"type": "object", "properties": {"n": {"type": "integer"}}},
             handler=self._handle,
             interruptibility=interruptibility,
         )
@@ -468,7 +468,7 @@ class _HoldTool:
 
 @dataclass(frozen=True)
 class Trial:
-    """One run of the hold batch."""
+    """One run of the hold batch (distinct arguments: the identical-call budget refuses repeats)."""
 
     result: str
     latency_s: float
@@ -496,8 +496,9 @@ async def _trial(
         if event.source is EventSource.TOOL:
             responses_at.append(time.perf_counter())
 
+    held = [("hold", f'{{"n": {n}}}') for n in range(hold.width)]
     runtime = Runtime(
-        model=ScriptedModel(script=[calls(*[("hold", "{}")] * hold.width), text("done")]),
+        model=ScriptedModel(script=[calls(*held), text("done")]),
         redis=client,
         toolset=Toolset.of([hold.tool]),
         limits=LoopLimits(steer_cancels_tools=steer_cancels_tools),
