@@ -345,6 +345,19 @@ def test_structured_content_is_serialised_only_up_to_the_limit() -> None:
     assert len(shown) < 4096 + 100
 
 
+def test_structured_content_nested_too_deeply_says_so_instead_of_failing() -> None:
+    """X4: nesting past the encoder's recursion ends the text with a notice, not a traceback."""
+    nested: dict[str, object] = {}
+    level = nested
+    for _ in range(5_000):
+        level["a"] = {}
+        level = level["a"]  # type: ignore[assignment]
+    result = mcp_types.CallToolResult(content=[], structured_content=nested)
+    shown = render_result(result)  # 1 MiB: the nesting, not the limit, ends the text
+    assert shown.startswith('{"a": {"a": ')
+    assert "[structured content nested too deeply to show]" in shown
+
+
 def test_a_result_is_cut_on_a_character_boundary_and_counted_in_bytes() -> None:
     """X4: the limit counts UTF-8 bytes; a character is never split; under it, nothing changes."""
     text = "磁盘已满" * 100  # 3 bytes each: 1,200 bytes

@@ -66,7 +66,10 @@ def _pieces(result: mcp_types.CallToolResult) -> Iterator[str]:
         for index, block in enumerate(result.content):
             yield ("\n" if index else "") + _block_text(block)
     elif result.structured_content is not None:
-        yield from json.JSONEncoder(ensure_ascii=False).iterencode(result.structured_content)
+        try:
+            yield from json.JSONEncoder(ensure_ascii=False).iterencode(result.structured_content)
+        except RecursionError:  # the encoder recurses once per level of nesting
+            yield "\n[structured content nested too deeply to show]"
 
 
 def _bounded(result: mcp_types.CallToolResult, max_bytes: int) -> tuple[str, bool]:
