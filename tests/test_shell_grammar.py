@@ -20,7 +20,7 @@ import pytest
 from agent_core.errors import ConfigError, ToolFailed
 from agent_core.tools.base import Tool
 from agent_core.tools.shell import SAFE_PATH, CommandAllowlist, ShellProfiles, shell_tool
-from tests.test_http_get import Ctx  # the turn context a tool that never dispatches sees
+from tests.tool_context import Ctx
 
 FAKES = (
     "kubectl", "journalctl", "systemctl", "git", "cat", "head", "tail", "grep", "ls", "df", "du",

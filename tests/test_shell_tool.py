@@ -28,7 +28,7 @@ from agent_core.tools.shell import (
     ShellProfiles,
     shell_tool,
 )
-from tests.test_http_get import Ctx  # the turn context a tool that never dispatches sees
+from tests.tool_context import Ctx
 
 TEST_PROFILES = """
 [programs.yes]
