@@ -6,7 +6,7 @@ servers, each real uvicorn in a process of its own on 127.0.0.1:
 
 - `bare`: a FastAPI app whose one route, `POST /bare`, reads the body and answers `{"ok": true}`.
   It is the floor: what uvicorn, Starlette and FastAPI cost for one small JSON POST.
-- `ours`: `bot.ingress.create_app` with a real Redis client. Each request is a distinct, freshly
+- `ours`: `bot.ingress.app.create_app` with a real Redis client. Each request is a distinct, freshly
   signed `app_mention` (unique `event_id` and `ts`, so a new thread every time): the app checks
   the signature, parses the event into a `ChatEvent`, reads the session's state (one pipelined
   round trip), classifies it and writes a turn job with the submit Lua script (dedupe markers,
@@ -119,8 +119,8 @@ def _bare_app() -> FastAPI:
 
 
 def _ours_app(redis_port: int) -> FastAPI:
-    from bot.adapters.slack import SlackIdentity
-    from bot.ingress import create_app, ingress_redis
+    from bot.adapters.slack.inbound import SlackIdentity
+    from bot.ingress.app import create_app, ingress_redis
     from bot.settings import Settings
 
     settings = Settings(_env_file=None, SLACK_SIGNING_SECRET=SECRET, SLACK_BOT_TOKEN=TOKEN)

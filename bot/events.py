@@ -1,6 +1,6 @@
 """The platform-neutral chat event every adapter produces and the rest of `bot` consumes.
 
-Adapters (`bot/adapters/slack.py`, `bot/adapters/feishu.py`, the console) turn a platform's
+Adapters (`bot.adapters.slack`, `bot.adapters.feishu`, the console) turn a platform's
 payload into a `ChatEvent`; policy, control parsing and the queue never see a platform payload.
 `ChatEvent` is a pydantic model so it travels through Redis as validated JSON.
 
@@ -42,7 +42,7 @@ class Platform(StrEnum):
     CONSOLE = "console"
     SUBAGENT = "subagent"
     """A sub-agent's analysis: no chat thread; its card is its record in the parent's
-    registry (`bot.subagents`)."""
+    registry (`bot.control.subagents`)."""
 
 
 class AuthorKind(StrEnum):
@@ -138,8 +138,8 @@ def person_of(platform: Platform | str, author: str) -> str:
 
     Idempotent: an id already qualified by this platform (or the scheduler's) is returned as it
     is, so a record written with either form compares alike. Slack and Feishu ids never contain
-    `:`, and the console refuses a `user` that does (`bot.adapters.console`), so no author can
-    pass for another platform's person.
+    `:`, and the console refuses a `user` that does (`bot.adapters.console.inbound`), so no
+    author can pass for another platform's person.
     """
     head, sep, _ = author.partition(":")
     if sep and head in (str(platform), SCHEDULER):

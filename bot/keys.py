@@ -110,11 +110,11 @@ class BotKeys:
         return f"{self.prefix}:book:{name}"
 
     def audit(self, session_id: str) -> str:
-        """Stream of the session's audit trail, one JSON `bot.audit.AuditEvent` per entry."""
+        """Stream of the session's audit trail, one JSON `bot.state.audit.AuditEvent` per entry."""
         return f"{self.session.session_prefix(session_id)}:audit"
 
     def run(self, turn_id: str) -> str:
-        """The session of the analysis `turn_id` starts (`bot.runs`: its replay page's index)."""
+        """The session of the analysis `turn_id` starts (`bot.state.runs`: the replay index)."""
         return f"{self.prefix}:run:{turn_id}"
 
     def stopped_at(self, session_id: str) -> str:
@@ -128,7 +128,7 @@ class BotKeys:
     def approval_presses(self, session_id: str) -> str:
         """Every approve or deny press accepted for the session, in order.
 
-        The audit's copy; the decision itself is written by `bot.approval_desk`.
+        The audit's copy; the decision itself is written by `bot.control.approval_desk`.
         """
         return f"{self.session.session_prefix(session_id)}:approval-presses"
 

@@ -51,7 +51,7 @@ class Settings(BaseSettings):
         default=5.0, gt=0, le=60, validation_alias="CHATOPS_BODY_READ_TIMEOUT_S"
     )
     """Seconds the ingress waits for a request's whole body once its headers are in; a body
-    still incomplete then is answered 408 and its connection closed (`bot.body_limits`)."""
+    still incomplete then is answered 408 and its connection closed (`bot.ingress.body_limits`)."""
     http_allowlist: str = Field(
         default="", validation_alias=AliasChoices("CHATOPS_HTTP_ALLOWLIST", "http_allowlist")
     )
@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     production: bool = Field(default=False, validation_alias="CHATOPS_PRODUCTION")
     """Refuse to start against a Redis that would lose the queue on restart (no AOF)."""
     failpoints: str = Field(default="", validation_alias="CHATOPS_FAILPOINTS")
-    """Test only: comma-separated points where a worker kills itself (`bot.failpoints`)."""
+    """Test only: comma-separated points where a worker kills itself (`bot.process.failpoints`)."""
     steer_cancels_tools: bool = Field(default=True, validation_alias="CHATOPS_STEER_CANCELS_TOOLS")
     """A redirect cancels the interruptible tool calls still running (their results say so);
     false lets the batch finish first, and the redirect waits for it."""
@@ -137,7 +137,7 @@ class Settings(BaseSettings):
     """How long a session's audit trail outlives its last event (seconds)."""
     scheduled_jobs: str = Field(default="", validation_alias="CHATOPS_SCHEDULED_JOBS")
     """A JSON list of cron jobs `chatops scheduler` runs as ordinary turns (format in
-    `bot.scheduled_jobs.ScheduledJob`); empty: none."""
+    `bot.ops.scheduled_jobs.ScheduledJob`); empty: none."""
     scheduler_metrics_port: int = Field(
         default=0, ge=0, le=65_535, validation_alias="CHATOPS_SCHEDULER_METRICS_PORT"
     )

@@ -1,8 +1,8 @@
 """What the processes say about each event and turn: log ids, one log line, and (opt-in) spans.
 
 Where work begins, the ingress and the worker call in here: `taking` around one event taken in
-(`bot.intake.Intake.take`, whichever transport delivered it), `traced_turn` around one run of
-the runtime (`bot.turn_chain`). Each binds the log ids (`bot.logs`) and logs one INFO line
+(`bot.intake.accept.Intake.take`, whichever transport delivered it), `traced_turn` around one run of
+the runtime (`bot.analysis.turn_chain`). Each binds the log ids (`bot.logs`) and logs one INFO line
 with ids, kinds and counts, never text.
 
 OpenTelemetry traces, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (`configure_tracing`, at the

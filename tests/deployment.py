@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from agent_core import SettleRecord
 from bot.events import session_id_for
 from bot.keys import BotKeys
-from bot.settle import Book
+from bot.state.settle import Book
 from tests.fakes import signing as sg
 from tests.processes import Chatops
 

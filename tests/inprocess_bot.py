@@ -15,13 +15,13 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from bot.actor import ActorOptions
-from bot.adapters.slack import SlackIdentity
-from bot.card_publisher import PublisherOptions
-from bot.ingress import create_app
+from bot.adapters.slack.inbound import SlackIdentity
+from bot.analysis.actor import ActorOptions
+from bot.ingress.app import create_app
+from bot.publishing.card_publisher import PublisherOptions
 from bot.settings import Settings
-from bot.wiring import open_worker
-from bot.worker import Worker
+from bot.worker.assembly import open_worker
+from bot.worker.process import Worker
 from tests.fakes import signing as sg
 
 __all__ = ["SECRET", "Bot", "bot", "bot_settings", "open_bot"]

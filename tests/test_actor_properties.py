@@ -40,21 +40,21 @@ from agent_core import (
 )
 from agent_core.messages import ToolCall
 from agent_core.testing import ScriptedModel, text
-from bot.actor import Actor, ActorOptions
-from bot.card_publisher import PublisherOptions
+from bot.analysis.actor import Actor, ActorOptions
 from bot.events import ChatEvent, Platform
 from bot.keys import BotKeys
-from bot.lease import LeaseLost, Leases
-from bot.platform import (
+from bot.ops.reaper import Reaper
+from bot.publishing.card_publisher import PublisherOptions
+from bot.publishing.platform import (
     CardGone,
     CardRef,
     CardTarget,
     PlatformRateLimited,
     PlatformUnavailable,
 )
-from bot.queue import TurnJob, turn_id_for
-from bot.reaper import Reaper
-from bot.settle import Book, SettleWriter
+from bot.state.lease import LeaseLost, Leases
+from bot.state.settle import Book, SettleWriter
+from bot.state.turn_jobs import TurnJob, turn_id_for
 from cards.model import ProgressCard
 
 KEYS = BotKeys()

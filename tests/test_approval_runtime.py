@@ -13,7 +13,7 @@ from typing import Any
 
 from agent_core import Awaiting, Completed, Tool, TurnRequest, UserMessage, validate_history
 from agent_core.tools.base import Interruptibility, Risk, ToolContext
-from bot.approval_desk import ApprovalDesk, PressOutcome, approval_button_value
+from bot.control.approval_desk import ApprovalDesk, PressOutcome, approval_button_value
 from bot.events import ChatEvent, EventKind, Platform
 from bot.keys import BotKeys
 from tests.fakes import openai_provider as fp

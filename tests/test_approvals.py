@@ -24,9 +24,9 @@ from agent_core import validate_history
 from agent_core.approvals import Approval, Verdict
 from agent_core.keys import Keys
 from agent_core.store import HistoryStore
+from bot.control.killswitch import KillSwitch
 from bot.events import Platform, session_id_for
-from bot.killswitch import KillSwitch
-from bot.scheduler import open_scheduler
+from bot.ops.scheduler import open_scheduler
 from bot.settings import Settings
 from tests.deployment import slack_session
 from tests.fakes import openai_provider as fp

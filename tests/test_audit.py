@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from bot.audit import TEXT_CHARS, AuditEvent, AuditLog, clip, in_analysis, read_audit
-from bot.cli import app
+from bot.cli.main import app
 from bot.events import session_id_for
 from bot.keys import BotKeys
-from bot.replay_text import describe, lane_of
+from bot.ops.replay_text import describe, lane_of
+from bot.state.audit import TEXT_CHARS, AuditEvent, AuditLog, clip, in_analysis, read_audit
 from cards._lines import STATUS_ICONS
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

@@ -21,8 +21,8 @@ import pytest
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from bot.adapters.slack import SlackIdentity
-from bot.ingress import MAX_BODY_BYTES, create_app
+from bot.adapters.slack.inbound import SlackIdentity
+from bot.ingress.app import MAX_BODY_BYTES, create_app
 from bot.keys import BotKeys
 from bot.settings import Settings
 from tests.fakes import signing as sg

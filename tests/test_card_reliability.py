@@ -18,17 +18,17 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bot.actor import ActorOptions
-from bot.adapters.slack_cards import SlackCards
-from bot.card_publisher import CardPublisher, PublisherOptions
-from bot.card_record import CardRecord
+from bot.adapters.slack.cards import SlackCards
+from bot.analysis.actor import ActorOptions
 from bot.events import Platform, session_id_for
 from bot.keys import BotKeys
-from bot.lease import Leases
-from bot.platform import CardTarget
-from bot.reaper import Reaper
+from bot.ops.reaper import Reaper
+from bot.publishing.card_publisher import CardPublisher, PublisherOptions
+from bot.publishing.card_record import CardRecord
+from bot.publishing.platform import CardTarget
 from bot.settings import Settings
-from bot.settle import Book, SettleWriter
+from bot.state.lease import Leases
+from bot.state.settle import Book, SettleWriter
 from cards.model import CardStatus, ProgressCard
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

@@ -21,10 +21,10 @@ from pydantic import SecretStr
 from bot.errors import BotConfigError
 from bot.events import Platform
 from bot.keys import BotKeys
-from bot.platform import CardGone, CardRef, CardTarget
+from bot.publishing.platform import CardGone, CardRef, CardTarget
 from bot.settings import Settings
-from bot.wiring import platforms_from
-from bot.worker import Worker
+from bot.worker.assembly import platforms_from
+from bot.worker.process import Worker
 from cards.console import STOP_HINT, render_console
 from cards.model import (
     CardStatus,

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.control_commands import (
+from bot.policy.control_phrases import (
     KILL_SWITCH_INTENTS,
     MAX_COMMAND_CHARS,
     PHRASES,
@@ -266,6 +266,6 @@ def test_a_command_is_its_own_normal_form(text: str) -> None:
 @settings(max_examples=1000)
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
 def test_the_ascii_fast_path_normalizes_exactly_like_the_general_one(text: str) -> None:
-    from bot.control_commands import _normalize_unicode
+    from bot.policy.control_phrases import _normalize_unicode
 
     assert normalize(text) == _normalize_unicode(text)

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from bot.keys import BotKeys
-from bot.settle import Book
-from bot.worker import MAX_DELIVERIES
+from bot.state.settle import Book
+from bot.worker.process import MAX_DELIVERIES
 from tests.deployment import Deployment, slack_session
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

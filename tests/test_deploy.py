@@ -5,7 +5,7 @@ started. Instead each file is checked against the things it must agree with, tak
 itself rather than copied into the test:
 
 - every command line in the Dockerfile, compose file and rendered chart is parsed by the real
-  `chatops` CLI (`bot.cli.app`, through click), so a renamed option or subcommand fails here;
+  `chatops` CLI (`bot.cli.main.app`, through click), so a renamed option or subcommand fails here;
 - every environment variable they set is a `validation_alias` of `bot.settings.Settings`, so a
   typo (which pydantic-settings would silently ignore) fails here;
 - the Dockerfile is read line by line (it is small and its grammar simple); docker-compose.yml
@@ -42,7 +42,7 @@ import typer.main
 import yaml
 from pydantic import AliasChoices, SecretStr
 
-from bot.cli import app as cli_app
+from bot.cli.main import app as cli_app
 from bot.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,10 +18,10 @@ from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from bot.adapters.feishu import FeishuIdentity
-from bot.adapters.feishu_ws import EnqueueHandler
+from bot.adapters.feishu.inbound import FeishuIdentity
+from bot.adapters.feishu.long_connection import EnqueueHandler
+from bot.intake.queue import Queue
 from bot.keys import BotKeys
-from bot.queue import Queue
 from tests.conftest import free_port
 from tests.fakes import signing as sg
 

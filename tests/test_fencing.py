@@ -22,11 +22,12 @@ from agent_core import (
     UserMessage,
 )
 from bot.events import ChatEvent, Platform
-from bot.followups import Followups
+from bot.intake.queue import Queue
 from bot.keys import BotKeys
-from bot.lease import Lease, LeaseLost
-from bot.queue import Queue, TurnJob
-from bot.turn_stream import TurnStream
+from bot.state.followups import Followups
+from bot.state.lease import Lease, LeaseLost
+from bot.state.turn_jobs import TurnJob
+from bot.worker.turn_stream import TurnStream
 from tests.fakes import openai_provider as fp
 
 KEYS = BotKeys()

@@ -24,13 +24,13 @@ from pydantic import SecretStr, ValidationError
 
 from agent_core.approvals import Approval, Verdict
 from agent_core.keys import Keys
-from bot.adapters.console import CONSOLE_WORKSPACE
-from bot.audit import read_audit
+from bot.adapters.console.inbound import CONSOLE_WORKSPACE
+from bot.control.killswitch import KillSwitch
 from bot.events import AuthorKind, ChatEvent, Platform, person_of, session_id_for
 from bot.keys import BotKeys
-from bot.killswitch import KillSwitch
 from bot.people import People, parse_people
 from bot.settings import Settings
+from bot.state.audit import read_audit
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.inprocess_bot import Bot, open_bot

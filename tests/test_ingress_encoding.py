@@ -24,8 +24,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from bot.adapters.slack import SlackIdentity
-from bot.ingress import create_app
+from bot.adapters.slack.inbound import SlackIdentity
+from bot.ingress.app import create_app
 from bot.keys import BotKeys
 from bot.settings import Settings
 from tests.fakes import signing as sg

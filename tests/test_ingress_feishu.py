@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from agent_core import Keys
 from bot.errors import BotConfigError
 from bot.events import session_id_for
-from bot.ingress import create_app
+from bot.ingress.app import create_app
 from bot.keys import BotKeys
 from bot.settings import Settings
 from tests.fakes import signing as sg

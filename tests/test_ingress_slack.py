@@ -24,9 +24,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from agent_core import Keys, load_message
-from bot.adapters.slack import SlackIdentity
+from bot.adapters.slack.inbound import SlackIdentity
 from bot.events import session_id_for
-from bot.ingress import MAX_BODY_BYTES, create_app, ingress_redis
+from bot.ingress.app import MAX_BODY_BYTES, create_app, ingress_redis
 from bot.keys import BotKeys
 from bot.settings import Settings
 from tests.conftest import free_port
@@ -388,7 +388,7 @@ async def test_s15_absurdly_nested_json_is_400(post, redis_client) -> None:
 async def test_a_non_finite_ts_never_makes_a_job_that_cannot_be_read(
     post, redis_client, ts
 ) -> None:
-    from bot.queue import TurnJob
+    from bot.state.turn_jobs import TurnJob
 
     assert (await post(*signed(_mention_with(ts=ts)))).status_code == 200
     entry = (await redis_client.xrange(KEYS.turns_stream))[0][1][b"job"]

@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from bot.actor import ActorOptions
-from bot.card_publisher import PublisherOptions
+from bot.analysis.actor import ActorOptions
+from bot.control.killswitch import KillSwitch
 from bot.keys import BotKeys
-from bot.killswitch import KillSwitch
+from bot.publishing.card_publisher import PublisherOptions
 from bot.settings import Settings
-from bot.wiring import open_worker
-from bot.worker import Worker, WorkerOptions
+from bot.worker.assembly import open_worker
+from bot.worker.process import Worker, WorkerOptions
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.inprocess_bot import SECRET, Bot, open_bot
@@ -101,7 +101,7 @@ async def test_an_admin_stops_everything_and_releases_it_from_the_thread(
         fp.TextReply("Ran once the switch was off."),
     )
     switch = KillSwitch(redis_client)
-    with LogWatch("bot.worker", "reading no turns") as switch_seen:
+    with LogWatch("bot.worker.process", "reading no turns") as switch_seen:
         async with one_at_a_time(admin_bot) as worker:
             first = sg.slack_ts()
             await admin_bot.post(sg.slack_app_mention(ts=first))
@@ -173,7 +173,7 @@ async def test_a_non_admins_command_changes_nothing_and_starts_nothing(
         await admin_bot.post(sg.slack_app_mention(ts=thread))
         await slow_service.wait_for_hits(1)
 
-        with caplog.at_level(logging.WARNING, logger="bot.killswitch"):
+        with caplog.at_level(logging.WARNING, logger="bot.control.killswitch"):
             in_thread = sg.slack_message(text=mention("killswitch on"), thread_ts=thread)
             answer = await say(admin_bot, in_thread)
             top_level = sg.slack_app_mention(text=mention("开启急停"))

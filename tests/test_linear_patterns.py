@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bot import control_commands
+from bot.policy import control_phrases as control_commands
 from cards import _mentions
 
 sre_parse: Any = re._parser  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bot.loop_lag import LagOptions, lag_histogram, monitor_loop_lag
+from bot.process.loop_lag import LagOptions, lag_histogram, monitor_loop_lag
 from tests.inprocess_bot import Bot
 from tests.loopback import free_port
 from tests.test_metrics import parse, scrape, value
@@ -36,7 +36,7 @@ async def test_x2_a_blocked_loop_is_counted_in_the_worker_and_ingress_metrics(
     bot: Bot, caplog: pytest.LogCaptureFixture
 ) -> None:
     """X2: the worker's and the ingress's lag histograms and one warning show a 2 s stall."""
-    caplog.set_level(logging.WARNING, logger="bot.loop_lag")
+    caplog.set_level(logging.WARNING, logger="bot.process.loop_lag")
     port = free_port()
     await bot.start_worker(metrics_port=port)
     url = f"http://127.0.0.1:{port}/metrics"
@@ -62,7 +62,7 @@ async def test_x2_warnings_are_rate_limited_and_count_what_they_left_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """X2: three stalls within the warning period: every one observed, one warning logged."""
-    caplog.set_level(logging.WARNING, logger="bot.loop_lag")
+    caplog.set_level(logging.WARNING, logger="bot.process.loop_lag")
     histogram = lag_histogram(CollectorRegistry())
     options = LagOptions(interval_s=0.05, warn_after_s=0.2, warn_every_s=3600)
     async with monitor_loop_lag(histogram, options):

@@ -54,7 +54,7 @@ from agent_core.tools.mcp import (
 from agent_core.tools.mcp.content import MAX_RESULT_CHARS
 from bot.errors import BotConfigError
 from bot.settings import Settings
-from bot.wiring import open_worker
+from bot.worker.assembly import open_worker
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.fakes.service import SlowService

@@ -19,9 +19,9 @@ import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_core.diagnostics import RunDiagnostics, TraceEntry
+from bot.control.killswitch import KillSwitch
 from bot.keys import BotKeys
-from bot.killswitch import KillSwitch
-from bot.worker_metrics import steer_to_cut, stop_to_quiet
+from bot.worker.metrics import steer_to_cut, stop_to_quiet
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.fakes.service import SlowService

@@ -1,8 +1,8 @@
 """Tests for `SlackCards` and `FeishuCards`: cards posted and updated through the real SDKs.
 
 Why this way: what these adapters promise is a translation, of a `ProgressCard` into the
-platform's calls and of the platform's failures into `bot.platform` errors. Both halves depend
-on how slack_sdk and lark-oapi really behave (which retry handlers run, what a 429 looks like
+platform's calls and of the platform's failures into `bot.publishing.platform` errors. Both halves
+depend on how slack_sdk and lark-oapi really behave (which retry handlers run, what a 429 looks like
 once the SDK has parsed it, whether a non-2xx answer raises or returns), so the adapters are
 driven through the real `AsyncWebClient` and lark-oapi `Client` against the loopback fakes
 (STYLE.md 25), never against mocks of the SDKs. Failures come from the fakes' own simulation
@@ -25,11 +25,11 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.adapters.feishu_cards import FeishuCards
-from bot.adapters.slack_cards import SlackCards
+from bot.adapters.feishu.cards import FeishuCards
+from bot.adapters.slack.cards import SlackCards
 from bot.errors import BotConfigError
 from bot.events import Platform
-from bot.platform import (
+from bot.publishing.platform import (
     CardGone,
     CardRef,
     CardTarget,

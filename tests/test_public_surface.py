@@ -63,7 +63,7 @@ def test_settings_read_the_contract_names(monkeypatch: pytest.MonkeyPatch) -> No
 
 async def test_model_client_is_built_from_the_environment(monkeypatch, fake_llm) -> None:
     from agent_core import Toolset, UserMessage
-    from bot.model import build_chat_model
+    from bot.worker.model import build_chat_model
     from tests.fakes.openai_provider import TextReply
 
     monkeypatch.setenv("OPENAI_BASE_URL", fake_llm.base_url)

@@ -103,7 +103,7 @@ def test_redaction_is_idempotent_and_keeps_plain_text(text: str) -> None:
 def test_a_cards_tool_arguments_never_show_a_secret() -> None:
     """A7 on the card: a password in a probed URL is redacted in the step's argument line."""
     from agent_core import ToolCall
-    from bot.progress import summarize_args
+    from bot.analysis.progress import summarize_args
 
     call = ToolCall(
         id="c1", name="http_get", arguments='{"url": "https://ops:hunter2pass@db.internal/"}'

@@ -24,7 +24,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bot.keys import BotKeys
-from bot.queue import TurnJob
+from bot.state.turn_jobs import TurnJob
 from tests.deployment import SECRET, Deployment, slack_session
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

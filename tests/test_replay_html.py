@@ -30,14 +30,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from bot.audit import AuditEvent, AuditLog
-from bot.cli import app
+from bot.cli.main import app
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
-from bot.ingress import create_app
-from bot.replay_html import BALANCE_COLOUR, CUT_COLOURS, render_html
-from bot.routing import routes_for
-from bot.runs import RunIndex
+from bot.ingress.app import create_app
+from bot.intake.routing import routes_for
+from bot.ops.replay_html import BALANCE_COLOUR, CUT_COLOURS, render_html
 from bot.settings import Settings
+from bot.state.audit import AuditEvent, AuditLog
+from bot.state.runs import RunIndex
 from cards import CardStatus, ProgressCard, render_console, render_feishu, render_slack
 from cards.console import STOP_HINT
 from cards.limits import FEISHU

@@ -31,8 +31,7 @@ import redis.asyncio as aioredis
 from bot.errors import BotConfigError
 from bot.events import AuthorKind, Platform
 from bot.keys import BotKeys
-from bot.queue import TurnJob, turn_id_for
-from bot.scheduled_jobs import (
+from bot.ops.scheduled_jobs import (
     ConsoleThreads,
     ScheduledJob,
     ScheduledJobs,
@@ -40,7 +39,8 @@ from bot.scheduled_jobs import (
     parse_jobs,
     run_event_id,
 )
-from bot.settle import Book
+from bot.state.settle import Book
+from bot.state.turn_jobs import TurnJob, turn_id_for
 from tests.deployment import Deployment
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

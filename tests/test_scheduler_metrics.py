@@ -19,15 +19,15 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.adapters.slack_cards import SlackCards
-from bot.card_publisher import CardPublisher
-from bot.card_record import CardRecord
+from bot.adapters.slack.cards import SlackCards
 from bot.events import Platform, session_id_for
 from bot.keys import BotKeys
-from bot.lease import Leases
-from bot.platform import CardTarget
-from bot.scheduler import open_scheduler
+from bot.ops.scheduler import open_scheduler
+from bot.publishing.card_publisher import CardPublisher
+from bot.publishing.card_record import CardRecord
+from bot.publishing.platform import CardTarget
 from bot.settings import Settings
+from bot.state.lease import Leases
 from cards.model import ProgressCard
 from tests.fakes import signing as sg
 from tests.fakes.slack_api import FakeSlackAPI

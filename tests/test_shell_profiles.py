@@ -20,7 +20,7 @@ from agent_core.tools.shell import ShellProfiles
 from agent_core.tools.shell_never_admit import NEVER_ADMIT, check_flag
 from bot.errors import BotConfigError
 from bot.settings import Settings
-from bot.wiring import open_worker
+from bot.worker.assembly import open_worker
 
 BAD_FILES = [
     ("kubectl-server", '[programs.kubectl.subcommands.get]\nflags = { "--server" = "name" }',

@@ -24,16 +24,16 @@ from redis.backoff import NoBackoff
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core import Keys
-from bot.adapters.slack import SlackIdentity
-from bot.adapters.slack_socket import SlackSocketReceiver, SocketModeOptions, run_socket_mode
-from bot.approval_desk import ApprovalDesk
+from bot.adapters.slack.inbound import SlackIdentity
+from bot.adapters.slack.socket_mode import SlackSocketReceiver, SocketModeOptions, run_socket_mode
+from bot.control.approval_desk import ApprovalDesk
+from bot.control.killswitch import KillSwitch, KillSwitchDesk
 from bot.errors import BotConfigError
 from bot.events import session_id_for
-from bot.intake import Intake
+from bot.intake.accept import Intake
+from bot.intake.metrics import IngressMetrics
+from bot.intake.queue import Queue
 from bot.keys import BotKeys
-from bot.killswitch import KillSwitch, KillSwitchDesk
-from bot.metrics import IngressMetrics
-from bot.queue import Queue
 from bot.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import signing as sg
@@ -87,7 +87,7 @@ class LogWatch(logging.Handler):
 
 @pytest.fixture
 def receiver_log() -> Iterator[LogWatch]:
-    logger = logging.getLogger("bot.adapters.slack_socket")
+    logger = logging.getLogger("bot.adapters.slack.socket_mode")
     watch, level = LogWatch(), logger.level
     logger.addHandler(watch)
     logger.setLevel(logging.DEBUG)
@@ -323,7 +323,7 @@ async def test_run_socket_mode_serves_until_cancelled(
 async def test_an_admins_kill_switch_command_over_the_socket_is_carried_out(
     slack_socket: FakeSocketModeSlack, redis_client: aioredis.Redis
 ) -> None:
-    # What `chatops serve` wires: the socket takes events in like the webhook (bot.intake).
+    # What `chatops serve` wires: the socket takes events in like the webhook (bot.intake.accept).
     queue = Queue(redis_client)
     switch = KillSwitch(redis_client)
     switch_desk = KillSwitchDesk(switch, admins=["U0ADMIN"])

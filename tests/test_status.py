@@ -25,10 +25,10 @@ from rich.console import Console
 
 from agent_core import UserMessage
 from agent_core.store import HistoryStore
-from bot.card_record import CardRecord
+from bot.control.subagents import ChildRecord, ChildState, SubagentRegistry, child_event
 from bot.events import ChatEvent, Platform
 from bot.keys import BotKeys
-from bot.status import (
+from bot.ops.status import (
     LINE_MAX,
     CardSummary,
     ChildStatus,
@@ -36,7 +36,7 @@ from bot.status import (
     read_status,
     render_tree,
 )
-from bot.subagents import ChildRecord, ChildState, SubagentRegistry, child_event
+from bot.publishing.card_record import CardRecord
 from cards.model import CardStatus, ProgressCard
 
 CHATOPS = str(Path(sys.executable).with_name("chatops"))

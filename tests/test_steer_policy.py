@@ -22,9 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.control_commands import ControlIntent
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
-from bot.steer_policy import (
+from bot.policy.control_phrases import ControlIntent
+from bot.policy.steer import (
     AUTHORITY,
     POLICY,
     RULES,

@@ -9,9 +9,9 @@ list of operations on one parent session and runs them one after another through
 API (`SubagentRegistry`, and `SubagentCards`, the sub-agents' "card" platform, for starts and
 reports) against a real Redis: the Lua scripts are the code under test. A parent's or a child's
 turn that ends to wait parks its continuation as the turn chain does, holding a lease written
-the way `bot.lease` writes it.
+the way `bot.state.lease` writes it.
 
-A small model, written from the contract in `bot.subagents`'s docstring and not from its
+A small model, written from the contract in `bot.control.subagents`'s docstring and not from its
 scripts, says what each step should do. After every step the test reads Redis back: the
 children and their states and reports, the parent's inbox, the parked continuation, and every
 job on the turns stream (by session and turn id, so a continuation queued twice shows).
@@ -36,13 +36,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_core.keys import Keys
+from bot.control.subagent_desk import SubagentCards
+from bot.control.subagents import ChildRecord, ChildState, SubagentRegistry
 from bot.events import ChatEvent, Platform
 from bot.keys import BotKeys
-from bot.platform import CardRef, CardTarget
-from bot.queue import TurnJob
-from bot.reaper import INTERRUPTED_ERROR
-from bot.subagent_desk import SubagentCards
-from bot.subagents import ChildRecord, ChildState, SubagentRegistry
+from bot.ops.reaper import INTERRUPTED_ERROR
+from bot.publishing.platform import CardRef, CardTarget
+from bot.state.turn_jobs import TurnJob
 from cards.model import CardStatus, ProgressCard
 
 TOKEN = 7

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from bot.control.killswitch import KillSwitch
+from bot.control.subagent_desk import SubagentCards
+from bot.control.subagents import ChildState, SubagentRegistry
 from bot.events import ChatEvent, Platform, session_id_for
 from bot.keys import BotKeys
-from bot.killswitch import KillSwitch
-from bot.platform import CardTarget
-from bot.settle import SettleWriter
-from bot.subagent_desk import SubagentCards
-from bot.subagents import ChildState, SubagentRegistry
+from bot.publishing.platform import CardTarget
+from bot.state.settle import SettleWriter
 from cards.model import CardStatus, ProgressCard
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

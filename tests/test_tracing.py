@@ -187,7 +187,8 @@ def test_model_requests_pairs_each_request_with_how_it_ended() -> None:
 def test_no_endpoint_imports_neither_the_tracer_sdk_nor_an_exporter() -> None:
     probe = (
         "import sys\n"
-        "import bot.cli, bot.ingress, bot.wiring, bot.scheduler, bot.tracing\n"
+        "import bot.cli.main, bot.ingress.app, bot.worker.assembly, bot.ops.scheduler\n"
+        "import bot.tracing\n"
         "assert bot.tracing.configure_tracing(None, process='worker') is False\n"
         "loaded = [m for m in sys.modules if m.startswith(('opentelemetry.sdk.trace',"
         " 'opentelemetry.exporter'))]\n"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bot.events import session_id_for
-from bot.reaper import INTERRUPTED_ERROR
+from bot.ops.reaper import INTERRUPTED_ERROR
 from tests.deployment import KEYS, slack_session
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from agent_core.approvals import Verdict
 from bot.events import Platform
 from bot.keys import BotKeys
-from bot.scheduled_jobs import ScheduledJob, ScheduledJobs, SlackThreads
+from bot.ops.scheduled_jobs import ScheduledJob, ScheduledJobs, SlackThreads
 from bot.settings import Settings
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

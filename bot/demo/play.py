@@ -23,10 +23,10 @@ from typing import Any, TextIO
 import redis.asyncio as aioredis
 
 from agent_core import SettleReason, SettleRecord
-from bot.console_channel import CardView, ConsoleChannel, Screen
+from bot.adapters.console.channel import CardView, ConsoleChannel, Screen
 from bot.demo.stack import LocalStack
 from bot.keys import BotKeys
-from bot.settle import Book
+from bot.state.settle import Book
 from cards.model import CardStep, StepState
 
 __all__ = ["DemoSummary", "play"]

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp
 from bot.demo.embedded_redis import free_port, spawn_redis, stop_process
 from bot.demo.rehearsal import rehearsal_app
 from bot.demo.service import demo_service_app
-from bot.task_errors import cause_of
+from bot.process.task_errors import cause_of
 
 __all__ = ["LocalStack", "StackError", "local_stack"]
 
@@ -154,7 +154,7 @@ async def _start(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
-        "from bot.cli import main; main()",
+        "from bot.cli.main import main; main()",
         *args,
         env=dict(env),
         stdout=log,

@@ -1,0 +1,1 @@
+"""The console platform: the inbound side, its cards stream, and the terminal's channel."""

@@ -1,0 +1,1 @@
+"""Feishu (Lark): checks and normalization, the Open API client, the long connection, cards."""

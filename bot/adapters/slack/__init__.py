@@ -1,0 +1,1 @@
+"""Slack: signature checks and normalization, the Web API client, Socket Mode, cards."""

@@ -1,0 +1,343 @@
+"""The chain of turns of one analysis: each turn run, settled, then followed up or ended.
+
+Contract:
+- Every turn the chain runs is settled once (`bot.state.settle`) before the next one starts.
+- A steered turn continues in a follow-up turn of the same analysis and card: the follow-up
+  starts from the closed history plus every steer queued at the cut, in order (the runtime's
+  `begin_turn` absorbs them; the model sees each as a correction from a named person). Steers or
+  queued messages that arrive while the final answer streams also get a follow-up turn.
+- A completed turn with an empty answer (not steered) climbs the remedy ladder: it is re-run
+  with a nudge, at most `remedy_rungs` times.
+- A drained turn is settled `drained` and its continuation queued for any worker; the card stays
+  live. An analysis that would need more than `max_turns` turns fails ("too many turns").
+- Anything the chain leaves unsettled when it ends abnormally is settled by `settle_unfinished`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from agent_core import (
+    Awaiting,
+    Cancelled,
+    Completed,
+    Dispatched,
+    Drained,
+    Failed,
+    Fence,
+    RunDiagnostics,
+    RunOutcome,
+    Runtime,
+    Steered,
+    Stopped,
+    UserKind,
+    UserMessage,
+)
+from agent_core.interrupts import Signal, TurnSignals, checkpoint
+from agent_core.loop import TurnRequest
+from agent_core.tools.base import Risk
+from agent_core.tools.subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH
+from bot.analysis.progress import CardTracker
+from bot.control.subagent_desk import SubagentDesk
+from bot.control.subagents import ChildState
+from bot.events import ChatEvent, Platform
+from bot.keys import BotKeys
+from bot.state.audit import TurnAudit
+from bot.state.followups import Followups
+from bot.state.lease import Lease, LeaseLost
+from bot.state.settle import Settled, SettleWriter, verdict_of
+from bot.state.turn_jobs import TurnJob
+from bot.tracing import traced_turn
+from cards.model import CardStatus, ProgressCard
+
+__all__ = ["Chain", "TurnChain"]
+
+log = logging.getLogger(__name__)
+
+REMEDY_NUDGE = (
+    "Your last reply was empty. Answer the task above now, or say in one sentence why you cannot."
+)
+
+
+@dataclass(eq=False)
+class Chain:
+    """One analysis in progress: the job it started from and the turn it is on."""
+
+    job: TurnJob
+    lease: Lease
+    tracker: CardTracker
+    turn_id: str
+    """The turn running now (the job's own turn, then each follow-up)."""
+    rungs: int = 0
+    """Remedy rungs climbed."""
+    turns: int = 0
+    """Turns run so far."""
+    opened: list[str] = field(default_factory=list)
+    """Follow-up turns this chain created (each must settle)."""
+    unsettled: RunOutcome | None = None
+    """The last run's outcome until it is settled (an error in between still settles it)."""
+
+
+class TurnChain:
+    """Runs the turns of analyses. One instance serves every session of a worker."""
+
+    def __init__(
+        self,
+        *,
+        runtime: Runtime,
+        keys: BotKeys,
+        settle: SettleWriter,
+        followups: Followups,
+        remedy_rungs: int,
+        max_turns: int,
+        subagents: SubagentDesk,
+    ) -> None:
+        self._runtime = runtime
+        self._keys = keys
+        self._settle = settle
+        self._audit = settle.audit
+        self._followups = followups
+        self._remedy_rungs = remedy_rungs
+        self._max_turns = max_turns
+        self._live: dict[str, TurnSignals] = {}
+        self._approvals = runtime.approvals
+        self._subagents = subagents
+        self._registry = subagents.registry
+        self._draining = False
+
+    def drain(self) -> None:
+        """Ask every live turn to suspend at its next cut; later turns suspend at their first."""
+        self._draining = True
+        for signals in self._live.values():
+            signals.raise_local(Signal.DRAIN)
+
+    async def run(self, chain: Chain) -> ProgressCard | None:
+        """Run turns until the analysis ends; the final card, or None to leave it live."""
+        session = chain.job.session_id
+        task = [] if chain.job.resumed else [_task(chain.job.event)]
+        if not chain.job.resumed:
+            await self._registry.forget_stop(session)  # a new analysis: its tree may grow
+        inputs = [*task, *await self._followups.take_inbox(session)]
+        if children := await self._registry.children(session):
+            chain.tracker.children(children)
+        while True:
+            checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
+            chain.turns += 1
+            chain.tracker.begin_turn(chain.turn_id)
+            outcome = chain.unsettled = await self._run_turn(chain, inputs)
+            follow_up = await self._next_inputs(chain, outcome)
+            if follow_up is not None and chain.turns >= self._max_turns:
+                await self.settle_or_lose(outcome, chain.lease)
+                return chain.tracker.final(CardStatus.FAILED, error="too many turns")
+            if isinstance(outcome.result, Drained):
+                await self._hand_over(chain, outcome)
+                chain.tracker.handed_over()
+                return None  # the card stays live: the analysis continues elsewhere
+            if isinstance(outcome.result, Awaiting) and outcome.result.approvals:
+                await self._await_approvals(chain, outcome, outcome.result.approvals)
+                return None  # the card asks for decisions; the worker is free meanwhile
+            if isinstance(outcome.result, Dispatched | Awaiting) or (
+                follow_up is None and await self._still_has_children(chain, outcome)
+            ):
+                await self._wait_for_others(chain, outcome)
+                return None  # children work (or the parent answers); the worker is free
+            if follow_up is None:
+                await self.settle_or_lose(outcome, chain.lease)
+                await self._stop_children(chain, outcome)
+                return self._final(chain, outcome)
+            next_turn = f"{chain.job.turn_id}.{chain.turns}"
+            chain.opened.append(next_turn)
+            # Opened before this turn settles, so a stop from now on tombstones it; a stop
+            # that came earlier tombstoned this turn, and is carried over to the next.
+            await self._followups.open(session, chain.turn_id, next_turn)
+            await self.settle_or_lose(outcome, chain.lease)
+            chain.turn_id, inputs = next_turn, follow_up
+
+    async def settle_or_lose(self, outcome: RunOutcome, lease: Lease) -> None:
+        """Settle one run's turn; `LeaseLost` when the settle was fenced (a newer holder)."""
+        if await self._settle.settle(outcome, lease) is Settled.FENCED:
+            raise LeaseLost(f"settle of {outcome.diagnostics.turn_id} fenced")
+
+    async def settle_unfinished(self, chain: Chain, error: str) -> None:
+        """Settle every turn of the chain not settled yet (settles are NX).
+
+        The last run is settled with its own outcome, the others (not run, or cut short) as
+        failed.
+        """
+        if chain.unsettled is not None:
+            await self._settle.settle(chain.unsettled, chain.lease)
+        for turn_id in (chain.job.turn_id, *chain.opened, chain.turn_id):
+            diagnostics = RunDiagnostics(session_id=chain.job.session_id, turn_id=turn_id)
+            outcome = RunOutcome(result=Failed(error), diagnostics=diagnostics)
+            await self._settle.settle(outcome, chain.lease)
+
+    async def _run_turn(self, chain: Chain, inputs: list[UserMessage]) -> RunOutcome:
+        session = chain.job.session_id
+        request = TurnRequest(
+            session_id=session,
+            turn_id=chain.turn_id,
+            inputs=tuple(inputs),
+            fence=Fence(self._keys.live_turn(session), chain.lease.token),
+            requester=chain.job.event.author,
+            tools=self._tools_of(chain.job.event),
+        )
+        signals = self._runtime.signals_for(request)
+        self._subagents.running(session, chain.job.event)
+        signals.on_stop = chain.tracker.stopping
+        signals.on_steer = chain.tracker.redirect_received
+        if self._draining:
+            signals.raise_local(Signal.DRAIN)
+        self._live[chain.job.session_id] = signals
+        audit = TurnAudit(self._audit, session, chain.turn_id)
+        await audit.start(len(inputs))
+        try:
+            with audit.current():
+                sink = audit.before(chain.tracker.sink)
+                run = self._runtime.run(request, signals, sink=sink)
+                outcome = await traced_turn(request, chain.job.event, run)
+            await audit.finish(outcome.diagnostics)
+            return outcome
+        finally:
+            self._live.pop(chain.job.session_id, None)
+            self._subagents.done(session)
+
+    def _tools_of(self, event: ChatEvent) -> frozenset[str]:
+        """The tools a turn of `event`'s analysis offers.
+
+        A sub-agent investigates: read-only tools and `ask_parent`, no children of its own. An
+        analysis in a thread may dispatch and answer, never ask. A scheduled job narrows the
+        set further.
+        """
+        tools = self._runtime.toolset
+        if event.platform is Platform.SUBAGENT:
+            names = {t.name for t in tools if t.risk is Risk.READ_ONLY} - {DISPATCH, ANSWER_CHILD}
+            if event.tools is not None:  # its parent's narrowing holds for it too
+                names &= set(event.tools) | {ASK_PARENT}
+            return frozenset(names)
+        names = {t.name for t in tools} - {ASK_PARENT}
+        if event.tools is not None:  # exactly the job's tools (list dispatch_subagent to fan out)
+            names &= set(event.tools)
+        return frozenset(names)
+
+    async def _next_inputs(self, chain: Chain, outcome: RunOutcome) -> list[UserMessage] | None:
+        """The inputs of a follow-up turn, or None when the analysis ends here."""
+        session, result = chain.job.session_id, outcome.result
+        if not isinstance(result, Steered | Completed):
+            return None
+        steers = await self._followups.peek_steers(session)
+        inbox = await self._followups.take_inbox(session)
+        if steers:
+            chain.tracker.steered(steers)  # the follow-up's begin_turn absorbs them
+        if isinstance(result, Steered) or steers or inbox:
+            return inbox
+        if verdict_of(outcome).remedy_eligible and chain.rungs < self._remedy_rungs:
+            chain.rungs += 1
+            await self._settle.book_remedy(session, chain.turn_id, chain.rungs)
+            return [UserMessage(content=REMEDY_NUDGE, author="chatops", kind=UserKind.NOTICE)]
+        return None
+
+    def _final(self, chain: Chain, outcome: RunOutcome) -> ProgressCard | None:
+        tracker = chain.tracker
+        match outcome.result:
+            case Completed(answer=answer, cutoff=cutoff):
+                return tracker.final(CardStatus.ANSWERED, answer=answer, cutoff=cutoff)
+            case Stopped(by=by):
+                return tracker.final(CardStatus.STOPPED, by=by)
+            case Cancelled(by=by) if chain.turns > 1 or chain.job.resumed:
+                return tracker.final(CardStatus.STOPPED, by=by)  # stopped between two turns
+            case Cancelled(by=by):
+                return tracker.final(CardStatus.CANCELLED, by=by)
+            case Failed(error=error):
+                return tracker.final(CardStatus.FAILED, error=error)
+            case Drained():
+                return None  # resumed by another worker, on this very card
+            case Dispatched() | Awaiting() | Steered():
+                return tracker.final(CardStatus.ANSWERED, answer=outcome.reason.value)
+
+    async def _wait_for_others(self, chain: Chain, outcome: RunOutcome) -> None:
+        """Park the continuation of a turn that ended to wait.
+
+        A parent waits for the children it dispatched, a child for its parent's answer; the
+        last report, or the answer, queues the continuation.
+        """
+        event, session = chain.job.event, chain.job.session_id
+        next_turn = f"{chain.job.turn_id}.{chain.turns}"
+        job = TurnJob(turn_id=next_turn, session_id=session, event=event, resumed=True)
+        if event.platform is Platform.SUBAGENT:
+            registry_of, waiting_for = event.workspace, event.thread
+        else:
+            registry_of, waiting_for = session, "children"
+        parked = await self._registry.park(
+            job, chain.lease.token, chain.turn_id, registry_of, waiting_for
+        )
+        if not parked:
+            raise LeaseLost(f"parking {next_turn} fenced (token {chain.lease.token} is stale)")
+        await self.settle_or_lose(outcome, chain.lease)
+        if waiting_for == "children":
+            chain.tracker.children(await self._registry.children(session), waiting=True)
+        log.info("turn %s waits (%s); %s continues", chain.turn_id, waiting_for, next_turn)
+
+    async def _still_has_children(self, chain: Chain, outcome: RunOutcome) -> bool:
+        """An answer given while sub-agents still work is not the end: the analysis waits.
+
+        A parent can be run while its children work (a redirect, a drain's resume, a worker's
+        death); what it answers then is settled, and the analysis goes on waiting for the
+        reports instead of cancelling the children. A stop or a failure still ends it.
+        """
+        if not isinstance(outcome.result, Completed) or chain.job.event.platform is (
+            Platform.SUBAGENT
+        ):
+            return False
+        children = await self._registry.children(chain.job.session_id)
+        # Only children at work: one waiting for an answer the parent did not give is moot
+        # (it is stopped with the analysis), and waiting for it would wake the parent again.
+        return any(c.state in (ChildState.PENDING, ChildState.RUNNING) for c in children)
+
+    async def stop_children_of(self, session_id: str, by: str) -> None:
+        """Stop the session's sub-agents, if it has any still working (an analysis ended)."""
+        children = await self._registry.children(session_id)
+        if any(not c.state.is_final for c in children):
+            await self._registry.stop_tree(session_id, by)
+
+    async def _stop_children(self, chain: Chain, outcome: RunOutcome) -> None:
+        """An analysis that ended stops the sub-agents it still has: nobody would read them.
+
+        A stop at the ingress already did; a kill switch, a failure, or an answer given while
+        a child still ran (or waited for an answer) did not.
+        """
+        by = getattr(outcome.result, "by", "") or "the parent analysis ending"
+        await self.stop_children_of(chain.job.session_id, by)
+
+    async def _await_approvals(
+        self, chain: Chain, outcome: RunOutcome, call_ids: tuple[str, ...]
+    ) -> None:
+        """Settle a turn suspended for approvals and park its continuation for the desk."""
+        session = chain.job.session_id
+        next_turn = f"{chain.job.turn_id}.{chain.turns}"
+        job = TurnJob(turn_id=next_turn, session_id=session, event=chain.job.event, resumed=True)
+        await self._followups.await_decisions(job, chain.lease, suspended_turn=chain.turn_id)
+        await self.settle_or_lose(outcome, chain.lease)
+        records = await self._approvals.records(session)
+        chain.tracker.awaiting_approval([records[c] for c in call_ids if c in records])
+        log.info(
+            "turn %s waits for %d approval(s); %s continues",
+            chain.turn_id,
+            len(call_ids),
+            next_turn,
+        )
+
+    async def _hand_over(self, chain: Chain, outcome: RunOutcome) -> None:
+        """Settle a drained turn and queue its continuation (a new turn of the analysis)."""
+        session = chain.job.session_id
+        next_turn = f"{chain.job.turn_id}.{chain.turns}"
+        job = TurnJob(turn_id=next_turn, session_id=session, event=chain.job.event, resumed=True)
+        await self._followups.hand_over(job, chain.lease)
+        await self.settle_or_lose(outcome, chain.lease)
+        log.info("turn %s drained; %s continues on another worker", chain.turn_id, next_turn)
+
+
+def _task(event: ChatEvent) -> UserMessage:
+    return UserMessage(
+        content=event.text, author=event.author_name or event.author, kind=UserKind.TASK
+    )

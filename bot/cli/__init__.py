@@ -1,0 +1,5 @@
+"""The `chatops` command line."""
+
+from bot.cli.main import main
+
+__all__ = ["main"]

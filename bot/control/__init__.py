@@ -1,0 +1,1 @@
+"""Controls over running analyses: the kill switch, approvals, sub-agents."""

@@ -1,0 +1,305 @@
+"""The queue: where an accepted event goes, written once, atomically, before the webhook answers.
+
+Every route is one Lua script that first checks the event's dedupe markers (the platform event
+id, and for messages the (channel, message id) pair, since Slack sends `app_mention` and
+`message` for one mention), then writes, then sets the markers. Nothing is marked seen unless
+it was written, so a delivery that failed before its write (Redis down → 503) is processed when
+the platform retries (RELIABILITY S10); two concurrent deliveries cannot both write (S9).
+
+Routes:
+- `start`: a turn job on the turns stream (read by workers through a consumer group), and the
+  turn id in the session's open-turns set.
+- `steer`: a steer message on the session's steer queue (what the runtime probes at a cut) and
+  a ring of the session's bell.
+- `stop`: a tombstone for every open turn of the session (queued ones never start; the live one
+  stops at once) and a ring per turn; a card button names its turn, which is tombstoned even if
+  its start has not arrived yet. The stop's platform time is kept a day: a start request sent
+  before it, whose delivery arrives after it (a platform retry), never starts.
+- `queue`: the message waits in the session's inbox for the next turn (it never cuts one).
+- `approve`: the press is kept in the session's approval presses (the desk,
+  `bot.control.approval_desk`, decides it right after).
+- `killswitch`: nothing is written but the dedupe markers; the ingress then carries the admin
+  command out (`bot.control.killswitch`), and forgets the markers (`Queue.forget`) if it could
+  not, so the platform's retry carries it out instead.
+
+A start, a steer and a queued message also add their author (`ChatEvent.person`) to the
+session's participants, in the same step that accepts them, so no one who shaped the analysis
+can be missed when the approval desk looks for a destructive call's second person (X11).
+
+Payloads are JSON validated by pydantic models, never pickle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from agent_core import UserKind, UserMessage, dump_message
+from agent_core.interrupts import BELL_TTL_S, TOMBSTONE_TTL_S
+from agent_core.store import TURN_KEY_TTL_S
+from bot.errors import QueueUnavailable
+from bot.events import ChatEvent
+from bot.keys import BotKeys
+from bot.state.turn_jobs import TurnJob, ensure_group, turn_id_for
+
+__all__ = [
+    "DEDUPE_TTL_S",
+    "Queue",
+    "Route",
+    "StateRoutes",
+    "Submitted",
+    "TurnJob",
+    "turn_id_for",
+]
+
+DEDUPE_TTL_S = 24 * 3600
+"""Dedupe markers live 24 h: Feishu redelivers up to 4 times over about 7 h."""
+
+# One round trip per event: read the session's state, pick the route the policy chose for that
+# state, dedupe, write, mark seen. Returns {status, route, result}: status 0 duplicate,
+# 1 written, 2 ignored.
+#
+# KEYS: the two dedupe markers, the turns stream, and the session's history key; the session's
+# other keys share its hash-tagged prefix and are derived here from that prefix with suffixes
+# taken from `BotKeys` (see `_submit_script`), so a call carries 12 arguments instead of 28 —
+# redis-py's command packing was the largest remaining cost of the webhook (bench/ingress.py).
+# ARGV: routes for the four states joined by '|' (unknown thread; known and idle; turns queued;
+# a turn live), the start job, the steer message, the event, the turn id a start creates, the
+# turn a stop button names, who stopped, the message's send time, and its author's qualified id.
+_SUBMIT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, '', ''} end
+if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {0, '', ''} end
+local p = string.sub(KEYS[4], 1, -(string.len('@HISTORY@') + 1))
+local open_turns, bell = p .. '@OPEN@', p .. '@BELL@'
+local stopped_key = p .. '@STOPPED@'
+local state = 2
+if redis.call('EXISTS', p .. '@LIVE@') == 1 then state = 4
+elseif redis.call('SCARD', open_turns) > 0 then state = 3
+elseif redis.call('EXISTS', KEYS[4]) == 0 then state = 1 end
+local routes = {}
+for r in string.gmatch(ARGV[1] .. '|', '([^|]*)|') do table.insert(routes, r) end
+local route = routes[state]
+if route == '' then return {2, '', ''} end
+local keep, sent_at = @KEEP@, tonumber(ARGV[8])
+local result = ''
+local function took_part()
+  redis.call('SADD', p .. '@PARTICIPANTS@', ARGV[9])
+  redis.call('EXPIRE', p .. '@PARTICIPANTS@', @PARTICIPANTS_TTL@)
+end
+-- An analysis suspended for approvals continues at once when redirected or stopped: its
+-- waiting calls are answered "interrupted" by the continuation (already an open turn, so a
+-- stop tombstones it and a steer joins it).
+local function wake_awaiting()
+  local job = redis.call('GET', p .. '@AWAITING@')
+  if job then
+    redis.call('XADD', KEYS[3], '*', 'job', job)
+    redis.call('DEL', p .. '@AWAITING@')
+  end
+end
+if route == 'start' then
+  local stopped_at = tonumber(redis.call('GET', stopped_key) or '0')
+  if sent_at > 0 and sent_at <= stopped_at then
+    result = 'stopped-before-start'
+  else
+    result = redis.call('XADD', KEYS[3], '*', 'job', ARGV[2])
+    redis.call('SADD', open_turns, ARGV[5])
+    redis.call('EXPIRE', open_turns, keep)
+    took_part()
+  end
+elseif route == 'steer' then
+  wake_awaiting()
+  took_part()
+  redis.call('RPUSH', p .. '@STEER@', ARGV[3])
+  redis.call('EXPIRE', p .. '@STEER@', keep)
+  redis.call('RPUSH', bell, 'steer')
+  redis.call('EXPIRE', bell, @BELL_TTL@)
+elseif route == 'stop' then
+  wake_awaiting()
+  if sent_at > tonumber(redis.call('GET', stopped_key) or '0') then
+    redis.call('SET', stopped_key, ARGV[8], 'EX', keep)
+  end
+  local turns = redis.call('SMEMBERS', open_turns)
+  if ARGV[6] ~= '' and redis.call('SISMEMBER', open_turns, ARGV[6]) == 0 then
+    table.insert(turns, ARGV[6])
+  end
+  for _, turn in ipairs(turns) do
+    redis.call('SET', p .. '@TOMB@' .. turn, ARGV[7], 'EX', keep)
+    redis.call('RPUSH', bell, 'stop:' .. turn)
+  end
+  redis.call('EXPIRE', bell, @BELL_TTL@)
+  result = tostring(#turns)
+elseif route == 'queue' or route == 'approve' then
+  local key = p .. (route == 'queue' and '@INBOX@' or '@APPROVALS@')
+  redis.call('RPUSH', key, ARGV[4])
+  redis.call('EXPIRE', key, keep)
+  if route == 'queue' then took_part() end
+elseif route ~= 'killswitch' then
+  return redis.error_reply('unknown route ' .. route)
+end
+redis.call('SET', KEYS[1], '1', 'EX', @DEDUPE_TTL@)
+redis.call('SET', KEYS[2], '1', 'EX', @DEDUPE_TTL@)
+return {1, route, result}
+"""
+
+
+def _submit_script(keys: BotKeys) -> str:
+    """The submit script with the session key suffixes and TTLs of this deployment."""
+    probe = "s"
+    prefix = keys.session.session_prefix(probe)
+
+    def suffix(name: str) -> str:
+        assert name.startswith(prefix)
+        return name[len(prefix) :]
+
+    values = {
+        "@HISTORY@": suffix(keys.session.history(probe)),
+        "@OPEN@": suffix(keys.open_turns(probe)),
+        "@BELL@": suffix(keys.session.bell(probe)),
+        "@STOPPED@": suffix(keys.stopped_at(probe)),
+        "@LIVE@": suffix(keys.live_turn(probe)),
+        "@STEER@": suffix(keys.session.steers(probe)),
+        "@TOMB@": suffix(keys.session.tombstone(probe, "")),
+        "@INBOX@": suffix(keys.inbox(probe)),
+        "@APPROVALS@": suffix(keys.approval_presses(probe)),
+        "@AWAITING@": suffix(keys.awaiting(probe)),
+        "@PARTICIPANTS@": suffix(keys.participants(probe)),
+        "@PARTICIPANTS_TTL@": str(TURN_KEY_TTL_S),
+        "@KEEP@": str(TOMBSTONE_TTL_S),
+        "@BELL_TTL@": str(BELL_TTL_S),
+        "@DEDUPE_TTL@": str(DEDUPE_TTL_S),
+    }
+    script = _SUBMIT
+    for placeholder, value in values.items():
+        script = script.replace(placeholder, value)
+    return script
+
+
+class Route(StrEnum):
+    """Where an accepted event is written."""
+
+    START = "start"
+    STEER = "steer"
+    STOP = "stop"
+    QUEUE = "queue"
+    APPROVE = "approve"
+    KILL_SWITCH = "killswitch"
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What `Queue.submit` did."""
+
+    accepted: bool
+    """False when the event was a duplicate (already written once) or ignored."""
+    route: Route | None = None
+    """The route taken; None for a duplicate or an ignored event."""
+    entry_id: str = ""
+    """The turns-stream entry id of a started turn."""
+    stopped_turns: int = 0
+    """How many turns a stop tombstoned."""
+    duplicate: bool = False
+    """The event (or its message) was already written once."""
+    cancelled: bool = False
+    """A start that a later stop had already cancelled (it was sent before the stop)."""
+
+
+class Queue:
+    """Writes accepted events to Redis (the producer side of the turns stream)."""
+
+    def __init__(self, redis: aioredis.Redis, keys: BotKeys | None = None) -> None:
+        self._redis = redis
+        self._keys = keys or BotKeys()
+        self._submit = redis.register_script(_submit_script(self._keys))
+
+    @property
+    def keys(self) -> BotKeys:
+        """The key names in use."""
+        return self._keys
+
+    async def ensure_group(self) -> None:
+        """Create the workers' consumer group (and the stream) if missing."""
+        await ensure_group(self._redis, self._keys)
+
+    async def forget(self, event: ChatEvent) -> None:
+        """Drop the dedupe markers of an event whose write had no effect, so a retry counts.
+
+        Raises:
+            QueueUnavailable: Redis did not answer.
+        """
+        try:
+            await self._redis.delete(*self._markers(event))
+        except RedisError as exc:
+            raise QueueUnavailable(f"cannot forget the event: {exc}") from exc
+
+    def _markers(self, event: ChatEvent) -> tuple[str, str]:
+        """The event's dedupe markers: its delivery, and its message (or the delivery again)."""
+        k = self._keys
+        delivery = k.seen_event(event.platform, event.event_id)
+        if not event.message_id:
+            return delivery, delivery
+        return delivery, k.seen_message(event.platform, event.channel, event.message_id)
+
+    async def submit(
+        self, event: ChatEvent, routes: StateRoutes, *, stop_turn: str = ""
+    ) -> Submitted:
+        """Write one accepted event, exactly once per event and message, in one round trip.
+
+        Args:
+            event: The normalized event.
+            routes: The route the policy chose for each state the session may be in; the
+                script reads the state and takes the matching one (None: ignore).
+            stop_turn: For a stop button, the turn it names (tombstoned even if not open).
+        """
+        k, session = self._keys, event.session_id
+        keys = [
+            *self._markers(event),
+            k.turns_stream,
+            k.session.history(session),
+        ]
+        used = set(routes)
+        args: list[str | int] = [
+            "|".join(route.value if route else "" for route in routes),
+            _job(event) if Route.START in used else "",
+            _steer(event) if Route.STEER in used else "",
+            event.model_dump_json() if used & {Route.QUEUE, Route.APPROVE} else "",
+            turn_id_for(event),
+            stop_turn,
+            event.author_name or event.author,
+            repr(event.sent_at),
+            event.person,
+        ]
+        try:
+            status, route, result = await self._submit(keys=keys, args=args)
+        except RedisError as exc:
+            raise QueueUnavailable(f"cannot write the event: {exc}") from exc
+        if status != 1:
+            return Submitted(accepted=False, duplicate=status == 0)
+        taken, text = Route(_text(route)), _text(result)
+        if taken is Route.START:
+            if text == "stopped-before-start":
+                return Submitted(accepted=True, route=taken, cancelled=True)
+            return Submitted(accepted=True, route=taken, entry_id=text)
+        if taken is Route.STOP:
+            return Submitted(accepted=True, route=taken, stopped_turns=int(text))
+        return Submitted(accepted=True, route=taken)
+
+
+StateRoutes = tuple[Route | None, Route | None, Route | None, Route | None]
+"""Routes for a session that is: unknown (no thread); known and idle; queued; live."""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _job(event: ChatEvent) -> str:
+    job = TurnJob(turn_id=turn_id_for(event), session_id=event.session_id, event=event)
+    return job.model_dump_json()
+
+
+def _steer(event: ChatEvent) -> str:
+    author = event.author_name or event.author
+    return dump_message(UserMessage(content=event.text, author=author, kind=UserKind.STEER))

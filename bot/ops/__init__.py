@@ -1,0 +1,1 @@
+"""Operators' work: the reaper, the scheduler and scheduled jobs, status, audit replay."""

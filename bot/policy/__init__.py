@@ -1,0 +1,1 @@
+"""Pure decisions: the steer table, the authority table, the control phrases."""

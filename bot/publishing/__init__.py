@@ -1,0 +1,1 @@
+"""Cards on a platform: the platform protocol, the card record, the paced publisher."""

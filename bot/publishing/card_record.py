@@ -1,0 +1,182 @@
+"""The card record: the durable state of a session's progress card in Redis (`BotKeys.card`).
+
+One hash per session (kept `CARD_TTL_S`) says where the card is (`platform`, `channel`,
+`thread`, `message_id`), the latest state shown or to be shown (`state`, a `ProgressCard` as
+JSON), and who may write it. Writers are fenced by lease token and sequence:
+
+- `token` is the fencing token of the lease whose holder writes the card; a claim with an older
+  token is refused, so a paused zombie cannot overwrite its successor's card.
+- `seq` counts accepted writes; the reaper's finalization lands only if nobody wrote since it
+  read the record.
+- `final` is `1` once a final state is recorded; no claim or finalization is accepted after it,
+  so a final card stays final (the next analysis in the thread attaches a fresh record).
+- `delivered` says whether that final state reached the platform: `1`, `0`, or
+  `sending:<unix time>` while a sender has it. A final not yet delivered is also named in the
+  undelivered-finals index (`BotKeys.undelivered_cards`), which the reaper sweeps.
+
+Each fenced check-and-write is one Lua script, so two writers never interleave inside one.
+"""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from agent_core.store import map_redis_errors
+from bot.keys import BotKeys
+from bot.publishing.platform import CardTarget
+from cards.model import ProgressCard
+
+__all__ = ["CARD_TTL_S", "DELIVERY_STALE_S", "CardRecord"]
+
+# KEYS: card record, undelivered-finals index. ARGV: token, final flag, card JSON, session.
+# Returns the new sequence number, or 0 when refused (older token, or the card is final).
+_CLAIM = """
+if redis.call('HGET', KEYS[1], 'final') == '1' then return 0 end
+local token = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+if token > tonumber(ARGV[1]) then return 0 end
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', ARGV[3], 'final', ARGV[2])
+if ARGV[2] == '1' then
+  local now = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'delivered', 'sending:' .. now[1])
+  redis.call('SADD', KEYS[2], ARGV[4])
+end
+return seq
+"""
+
+# KEYS: card record. ARGV: seconds after which a delivery in progress counts as abandoned.
+# Takes the delivery of a recorded final state: 1 when the caller must send it now.
+_TAKE_DELIVERY = """
+local state = redis.call('HGET', KEYS[1], 'delivered')
+if not state or state == '1' then return 0 end
+local now = tonumber(redis.call('TIME')[1])
+local since = tonumber(string.match(state, '^sending:(%d+)$') or '')
+if since and now - since < tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'delivered', 'sending:' .. now)
+return 1
+"""
+
+# KEYS: card record, lease, undelivered-finals index. ARGV: session, final state, the sequence
+# number it was built from. The reaper's finalization: only while no lease is held, only a live
+# card, and only if nobody wrote the card since it was read. 1 when done.
+_ABANDON = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('HGET', KEYS[1], 'final') ~= '0' then return 0 end
+if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[3] then return 0 end
+local now = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'final', '1', 'delivered', 'sending:' .. now[1], 'state', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('SADD', KEYS[3], ARGV[1])
+return 1
+"""
+
+
+# KEYS: card record. Gives a failed delivery back, so the next sweep retries it at once.
+_DROP_DELIVERY = """
+local state = redis.call('HGET', KEYS[1], 'delivered')
+if state and string.match(state, '^sending:') then redis.call('HSET', KEYS[1], 'delivered', '0') end
+return 1
+"""
+
+# KEYS: card record, lease. ARGV: token, platform, channel, thread, ttl.
+# Attaches a new owner to a live card of the same thread: returns its message id, or '' when a
+# new card must be posted (none yet, or the last one is final).
+_ATTACH = """
+local held = redis.call('GET', KEYS[2])
+if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return redis.error_reply('lease') end
+local rec = redis.call('HMGET', KEYS[1], 'final', 'message_id', 'thread', 'platform')
+if rec[1] == '0' and rec[2] and rec[2] ~= '' and rec[3] == ARGV[4] and rec[4] == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'token', ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
+  return rec[2]
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'seq', 0, 'final', '0', 'platform', ARGV[2],
+  'channel', ARGV[3], 'thread', ARGV[4], 'message_id', '')
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return ''
+"""
+
+CARD_TTL_S = 30 * 24 * 3600
+DELIVERY_STALE_S = 60
+"""A final state whose sender has not confirmed it within this long is sent again (reaper)."""
+
+
+class CardRecord:
+    """Reads and writes the session's card record (`BotKeys.card`)."""
+
+    def __init__(self, redis: aioredis.Redis, keys: BotKeys, session_id: str) -> None:
+        self._redis = redis
+        self.session_id = session_id
+        self._key = keys.card(session_id)
+        self._lease_key = keys.live_turn(session_id)
+        self._undelivered = keys.undelivered_cards
+        self._claim = redis.register_script(_CLAIM)
+        self._attach = redis.register_script(_ATTACH)
+        self._abandon = redis.register_script(_ABANDON)
+        self._take_delivery = redis.register_script(_TAKE_DELIVERY)
+        self._drop_delivery = redis.register_script(_DROP_DELIVERY)
+
+    async def attach(self, token: int, target: CardTarget) -> str:
+        """Become the card's writer; the live card's message id, or '' to post a new one."""
+        with map_redis_errors("attach card"):
+            raw = await self._attach(
+                keys=[self._key, self._lease_key],
+                args=[token, target.platform.value, target.channel, target.thread, CARD_TTL_S],
+            )
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    async def claim(self, token: int, card: ProgressCard) -> int:
+        """Claim the right to show `card`; 0 when refused (fenced, or already final)."""
+        with map_redis_errors("claim card"):
+            seq = await self._claim(
+                keys=[self._key, self._undelivered],
+                args=[token, int(card.is_final), card.to_json(), self.session_id],
+            )
+        return int(seq)
+
+    async def abandon(self, final: ProgressCard, seq: str) -> bool:
+        """Record `final` for a card whose lease expired (the reaper); False if not to be done.
+
+        `seq` is the record's sequence number when `final` was built from its state: a write
+        since then (a worker came back) wins.
+        """
+        with map_redis_errors("abandon card"):
+            done = await self._abandon(
+                keys=[self._key, self._lease_key, self._undelivered],
+                args=[self.session_id, final.to_json(), seq],
+            )
+        return bool(done)
+
+    async def take_delivery(self, stale_s: float = DELIVERY_STALE_S) -> bool:
+        """Take the delivery of the recorded final state, unless another is sending it."""
+        with map_redis_errors("take card delivery"):
+            return bool(await self._take_delivery(keys=[self._key], args=[int(stale_s)]))
+
+    async def drop_delivery(self) -> None:
+        """Give up delivering the recorded final for now (a reaper sweep will retry it)."""
+        with map_redis_errors("drop card delivery"):
+            await self._drop_delivery(keys=[self._key])
+
+    async def set_message(self, message_id: str) -> None:
+        """Record where the card was posted."""
+        with map_redis_errors("record card"):
+            await self._redis.hset(self._key, "message_id", message_id)
+
+    async def mark_delivered(self) -> None:
+        """The final state reached the platform."""
+        with map_redis_errors("record card"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._key, "delivered", "1")
+                pipe.srem(self._undelivered, self.session_id)
+                await pipe.execute()
+
+    async def read(self) -> dict[str, str]:
+        """The record's fields."""
+        with map_redis_errors("read card"):
+            raw = await self._redis.hgetall(self._key)
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
