@@ -23,27 +23,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
-from bot.policy.control_phrases import ControlIntent
-from bot.policy.steer import (
+from bot.policy.authority import (
     AUTHORITY,
-    POLICY,
-    RULES,
     UNATTENDED_APPROVALS,
     Action,
+    Role,
+    approvals_needed,
+    may,
+)
+from bot.policy.control_phrases import ControlIntent
+from bot.policy.steer import (
+    POLICY,
+    RULES,
     Decision,
     Marker,
     PolicyKey,
-    Role,
     Rule,
     RunState,
     ThreadRelation,
-    approvals_needed,
     authorize,
     classify,
     decide,
     expand,
     marker_of,
-    may,
     parse_rules,
     required_action,
 )
