@@ -3,7 +3,10 @@
 Run it with `make bench` (or `.venv/bin/python bench/runtime.py --help`). It starts its own
 `redis-server` on a free loopback port (no persistence, a temporary directory), drives the
 runtime with `agent_core.testing.ScriptedModel` and in-process tools, prints three tables and
-stops the server. Nothing leaves the machine.
+stops the server. Nothing leaves the machine. `--smoke` runs every measurement small, in
+seconds, to check that each figure can still be produced (`make test` runs it); `--redis-url`
+uses a given Redis instead of starting one. The figures end the output as `ratio <name> =
+<number>` lines (`bench/_figures.py`); the exit status is 1 when one cannot be produced.
 
 What is measured, and why:
 
@@ -54,6 +57,8 @@ from rich.table import Table
 
 if __package__ in (None, ""):  # run as a script: make the project root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _figures import SMOKE_HELP, print_ratios, ratio, require, run
 
 from agent_core import (
     AssistantMessage,
@@ -547,6 +552,8 @@ class CutStats:
     to_batch: float
     to_remaining: float
     running_at_return: int
+    all_expected: bool
+    """Every trial of the case ended with the expected result."""
 
 
 async def measure_cuts(
@@ -602,16 +609,18 @@ def _cut_row(
         remaining = [1.0 for _ in trials]
     else:
         latencies = [t.latency_s for t in trials]
-        remaining = [t.latency_s / max(batch_s - t.elapsed_s, 1e-9) for t in trials]
+        rest = f"{label} ÷ rest"
+        remaining = [ratio(t.latency_s, batch_s - t.elapsed_s, name=rest) for t in trials]
     latency = statistics.median(latencies)
     return CutStats(
         label=label,
         expected=expected,
         results=f"{expected} {ok}/{len(trials)}" + ("" if ok == len(trials) else f" {results}"),
         latency_s=latency,
-        to_batch=latency / batch_s,
+        to_batch=ratio(latency, batch_s, name=f"{label} ÷ batch"),
         to_remaining=statistics.median(remaining),
         running_at_return=max(t.running_at_return for t in trials),
+        all_expected=ok == len(trials),
     )
 
 
@@ -708,16 +717,54 @@ def _cut_table(batch_s: float, rows: list[CutStats], settings: Settings) -> Tabl
 
 
 # --------------------------------------------------------------------------------------------
+# figures
+
+
+def _slug(label: str) -> str:
+    return "_".join(label.replace(",", " ").replace("¹", "").replace("-", "_").split())
+
+
+def figures(
+    streams: list[StreamStats], ledger: LedgerStats, cuts: list[CutStats]
+) -> dict[str, float]:
+    """The ratios of the run, after checking every trial did what it measures.
+
+    Raises:
+        FigureError: A scripted turn did not complete, or an interrupted batch ended otherwise
+            than its case expects (a refused call, a timeout turned into a result).
+    """
+    for s in streams:
+        require(s.completed == s.turns, f"{s.label}: {s.completed}/{s.turns} turns completed")
+    for cut in cuts:
+        require(cut.all_expected, f"{cut.label}: expected {cut.results}")
+    short, long = streams
+    out = {
+        "probes_per_turn.long_vs_short": ratio(long.probes, short.probes, name="probes"),
+        "events_per_turn.long_vs_short": ratio(long.events, short.events, name="events"),
+        "events_per_probe.long": ratio(long.events, long.probes, name="events per probe"),
+        "ledger_vs_bare_loop": ratio(ledger.ledger_ns["mix"], ledger.bare_ns, name="ledger"),
+        "ledger_vs_call_loop": ratio(
+            ledger.ledger_ns["mix"], ledger.call_by_kind["mix"], name="ledger vs call"
+        ),
+        "ledger_share_of_turn": ratio(
+            ledger.ledger_ns["mix"] * long.events / 1e9, long.turn_s, name="ledger share"
+        ),
+    }
+    for cut in cuts[1:]:  # cuts[0] is the baseline itself (1.0 by construction)
+        out[f"cut.{_slug(cut.label)}.vs_batch"] = cut.to_batch
+        out[f"cut.{_slug(cut.label)}.vs_rest"] = cut.to_remaining
+    return out
+
+
+# --------------------------------------------------------------------------------------------
 # main
 
 
-async def bench(port: int, settings: Settings, console: Console) -> None:
-    """Run the three measurements against the redis-server on `port` and print the tables."""
-    pool = aioredis.ConnectionPool(
-        connection_class=_CountingConnection, host="127.0.0.1", port=port
-    )
+async def bench(redis_url: str, settings: Settings, console: Console) -> dict[str, float]:
+    """Run the three measurements against the Redis at `redis_url`; print tables, return ratios."""
+    pool = aioredis.ConnectionPool.from_url(redis_url, connection_class=_CountingConnection)
     client = aioredis.Redis.from_pool(pool)  # the runtime's traffic; counted
-    admin = aioredis.Redis(host="127.0.0.1", port=port)  # INFO and ControlPlane; not counted
+    admin = aioredis.Redis.from_url(redis_url)  # INFO and ControlPlane; not counted
     try:
         started = time.perf_counter()
         streams = [
@@ -734,15 +781,35 @@ async def bench(port: int, settings: Settings, console: Console) -> None:
         console.print()
         console.print(_cut_table(batch_s, cuts, settings))
         console.print(f"\n(total {time.perf_counter() - started:.1f} s)")
+        return figures(streams, ledger, cuts)
     finally:
         await client.aclose()
         await admin.aclose()
 
 
-def parse_args(argv: list[str] | None = None) -> Settings:
-    """Parse the command line into `Settings`."""
+_MODES = """\
+modes:
+  (default)  20 turns per stream length, 500 ledger turns x 15 passes, 7 repetitions of each
+             latency case with a 200 ms hold (about a minute)
+  --smoke    3 turns, 50 ledger turns x 2 passes, 1 repetition with a 100 ms hold (seconds);
+             checks that every figure can be produced (`make test` runs it)
+
+Every figure is a ratio to a baseline measured in the same run, printed last as
+`ratio <name> = <number>` lines. Exit status 1 when a figure cannot be produced: a scripted
+turn that does not complete, an interrupted batch that ends otherwise than its case expects,
+a trial that times out, an unusable baseline, or an unreachable Redis."""
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[Settings, str | None]:
+    """Parse the command line into `Settings` and the Redis URL (None: start a redis-server)."""
     parser = argparse.ArgumentParser(
-        description="Benchmark the agent runtime; prints ratios measured in the same run."
+        description=(
+            "Benchmark the agent runtime: signal probes per turn against events per turn, the "
+            "balance ledger against a bare loop, and the time from a steer or stop to the cut "
+            "against the uninterrupted batch."
+        ),
+        epilog=_MODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--turns", type=int, default=20, help="scripted turns per stream length")
     parser.add_argument("--batches", type=int, default=3, help="tool batches per turn")
@@ -755,33 +822,47 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         default=0.0,
         help="write the steer/stop this fraction of the hold after all calls started (0..0.9)",
     )
-    parser.add_argument("--quick", action="store_true", help="fewer turns and repetitions")
+    parser.add_argument("--smoke", "--quick", action="store_true", help=SMOKE_HELP)
+    parser.add_argument(
+        "--redis-url",
+        help="use this Redis (a database the bench may write to) instead of starting a "
+        "redis-server; its INFO commandstats then also count other clients' commands",
+    )
     args = parser.parse_args(argv)
-    quick = args.quick
-    return Settings(
-        turns=max(1, 5 if quick else args.turns),
+    smoke = args.smoke
+    settings = Settings(
+        turns=max(1, 3 if smoke else args.turns),
         batches=max(1, args.batches),
         widths=(3, 4, 5),
         tool_sleep_s=0.002,
         short_chunks=2,
         long_chunks=max(1, args.deltas),
         answer_chars=max(2000, 10 * args.deltas),
-        ledger_turns=100 if quick else 500,
-        ledger_reps=3 if quick else 15,
-        reps=max(1, 3 if quick else args.reps),
-        hold_s=(100.0 if quick else args.hold_ms) / 1e3,
+        ledger_turns=50 if smoke else 500,
+        ledger_reps=2 if smoke else 15,
+        reps=max(1, 1 if smoke else args.reps),
+        hold_s=(100.0 if smoke else args.hold_ms) / 1e3,
         hold_width=3,
         signal_at=min(max(args.signal_at, 0.0), 0.9),
     )
+    return settings, args.redis_url
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Start redis-server, run the benchmark, stop the server; return the exit status."""
-    settings = parse_args(argv)
+    """Start redis-server (or use `--redis-url`), run the benchmark; return the exit status."""
+    settings, redis_url = parse_args(argv)
     console = Console()
-    with redis_server() as port:
-        asyncio.run(bench(port, settings, console))
-    return 0
+
+    def body() -> int:
+        if redis_url is not None:
+            print_ratios(asyncio.run(bench(redis_url, settings, console)))
+            return 0
+        with redis_server() as port:
+            ratios = asyncio.run(bench(f"redis://127.0.0.1:{port}/0", settings, console))
+        print_ratios(ratios)
+        return 0
+
+    return run(body)
 
 
 if __name__ == "__main__":
