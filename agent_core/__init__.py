@@ -4,6 +4,9 @@ Run a turn with `Runtime.run(TurnRequest(...))`; stop, steer or drain it from an
 `ControlPlane`; read how it ended from the returned `RunOutcome`.
 """
 
+from agent_core.approvals import Approval
+from agent_core.approvals import Verdict as ApprovalVerdict
+from agent_core.budget import Budget
 from agent_core.diagnostics import RunDiagnostics, RunOutcome, SettleRecord
 from agent_core.errors import (
     AgentError,
@@ -16,12 +19,22 @@ from agent_core.errors import (
     StoreError,
     ToolFailed,
 )
-from agent_core.events import RunEvent
+from agent_core.events import EventSource, RunEvent
 from agent_core.history import is_closed, validate_history
-from agent_core.interrupts import PRIORITY, ControlPlane, Signal, TurnSignals
+from agent_core.interrupts import (
+    BELL_TTL_S,
+    PRIORITY,
+    TOMBSTONE_TTL_S,
+    ControlPlane,
+    Signal,
+    TurnSignals,
+    checkpoint,
+    until_set,
+)
 from agent_core.keys import Keys
 from agent_core.ledger import BalanceLedger
 from agent_core.llm import ChatModel, ModelResponse, OpenAIChatModel, Usage
+from agent_core.llm.client import DeltaSink
 from agent_core.loop import EventSink, LoopLimits, Runtime, TurnRequest
 from agent_core.messages import (
     AssistantMessage,
@@ -47,8 +60,9 @@ from agent_core.outcome import (
     Steered,
     Stopped,
 )
+from agent_core.redaction import redact
 from agent_core.repair import RepairReport, repair_history
-from agent_core.store import Fence, HistoryStore
+from agent_core.store import TURN_KEY_TTL_S, Fence, HistoryStore, map_redis_errors
 from agent_core.tools import (
     HostAllowlist,
     Interruptibility,
@@ -59,8 +73,40 @@ from agent_core.tools import (
     Toolset,
     http_get_tool,
 )
+from agent_core.tools.bounded_body import BodyLimit
+from agent_core.tools.http_probe import http_probe_tool
+from agent_core.tools.hygiene import guarded
+from agent_core.tools.prometheus import prometheus_tool
+from agent_core.tools.shell import MAX_OUTPUT_BYTES as SHELL_MAX_OUTPUT_BYTES
+from agent_core.tools.shell import CommandAllowlist, ShellProfiles, shell_tool
+from agent_core.tools.subagents import subagent_tools
+from agent_core.untrusted import QuoteKind, aquote_untrusted, neutralise_markers
 
 __all__ = [
+    "ApprovalVerdict",
+    "SHELL_MAX_OUTPUT_BYTES",
+    "Approval",
+    "BELL_TTL_S",
+    "BodyLimit",
+    "Budget",
+    "CommandAllowlist",
+    "DeltaSink",
+    "EventSource",
+    "QuoteKind",
+    "ShellProfiles",
+    "TOMBSTONE_TTL_S",
+    "TURN_KEY_TTL_S",
+    "aquote_untrusted",
+    "checkpoint",
+    "guarded",
+    "http_probe_tool",
+    "map_redis_errors",
+    "neutralise_markers",
+    "prometheus_tool",
+    "redact",
+    "shell_tool",
+    "subagent_tools",
+    "until_set",
     "PRIORITY",
     "AgentError",
     "AssistantMessage",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent_core.keys import Keys
+from agent_core import Keys
 
 __all__ = ["BotKeys"]
 

@@ -27,7 +27,7 @@ from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import IO, Literal
 
-from agent_core.redaction import redact
+from agent_core import redact
 
 __all__ = [
     "CHATTY_LOGGERS",

@@ -30,11 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent_core import RunOutcome
-from agent_core.diagnostics import RunDiagnostics
-from agent_core.loop import TurnRequest
-from agent_core.messages import ToolStatus
-from agent_core.outcome import SettleReason
+from agent_core import RunDiagnostics, RunOutcome, SettleReason, ToolStatus, TurnRequest
 from bot.errors import BotConfigError
 from bot.events import ChatEvent
 from bot.logs import bind, log_context

@@ -17,6 +17,8 @@ from cards.limits import (
     truncate,
 )
 from cards.model import (
+    CardApproval,
+    CardChild,
     CardStatus,
     CardStep,
     Intervention,
@@ -27,6 +29,8 @@ from cards.model import (
 from cards.slack import render_slack, slack_text
 
 __all__ = [
+    "CardApproval",
+    "CardChild",
     "ELLIPSIS",
     "FEISHU",
     "SLACK",

@@ -13,13 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agent_core import RunEvent, ToolStatus
-from agent_core.approvals import Approval
-from agent_core.messages import ToolCall
-from agent_core.redaction import redact
+from agent_core import Approval, RunEvent, ToolCall, ToolStatus, redact
 from bot.control.approval_desk import approval_button_value
 from bot.control.subagents import ChildRecord
-from cards.model import (
+from cards import (
     CardApproval,
     CardChild,
     CardStatus,

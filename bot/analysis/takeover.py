@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from agent_core import AssistantMessage, HistoryStore, SettleReason, SettleRecord
-from agent_core.store import map_redis_errors
+from agent_core import AssistantMessage, HistoryStore, SettleReason, SettleRecord, map_redis_errors
 from bot.keys import BotKeys
 from bot.publishing.card_record import CardRecord
 from bot.state.settle import SettleWriter
 from bot.state.turn_jobs import TurnJob
-from cards.model import CardStatus, ProgressCard
+from cards import CardStatus, ProgressCard
 
 __all__ = ["Takeover", "analysis_of", "continued_card"]
 

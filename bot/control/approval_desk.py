@@ -41,9 +41,7 @@ from enum import StrEnum
 
 import redis.asyncio as aioredis
 
-from agent_core.approvals import Approval, Verdict
-from agent_core.store import TURN_KEY_TTL_S, map_redis_errors
-from agent_core.tools.base import Risk
+from agent_core import TURN_KEY_TTL_S, Approval, ApprovalVerdict, Risk, map_redis_errors
 from bot.events import ChatEvent, is_unattended, person_of
 from bot.keys import BotKeys
 from bot.people import People
@@ -200,7 +198,7 @@ class ApprovalDesk:
         approve = event.action == "approve"
         requester = person_of(event.platform, record.requester)
         refusal = self._refusal(record, who, requester, approve=approve)
-        verdict = Verdict.APPROVED if approve else Verdict.DENIED
+        verdict = ApprovalVerdict.APPROVED if approve else ApprovalVerdict.DENIED
         rule = _Rule.of(record, approve=approve)
         result = await self._write(session, call_id, verdict, who, digest, refusal, rule)
         log.info(
@@ -230,9 +228,15 @@ class ApprovalDesk:
                 records = await self._redis.hvals(self._keys.session.approvals(session))
             for value in records:
                 record = Approval.from_json(value)
-                if record.verdict is Verdict.PENDING and record.expires_at <= now:
+                if record.verdict is ApprovalVerdict.PENDING and record.expires_at <= now:
                     press = await self._write(
-                        session, record.call_id, Verdict.EXPIRED, "", record.digest, "", _ANYONE
+                        session,
+                        record.call_id,
+                        ApprovalVerdict.EXPIRED,
+                        "",
+                        record.digest,
+                        "",
+                        _ANYONE,
                     )
                     expired += press.outcome is PressOutcome.EXPIRED
         return expired
@@ -263,7 +267,7 @@ class ApprovalDesk:
         self,
         session: str,
         call_id: str,
-        verdict: Verdict,
+        verdict: ApprovalVerdict,
         who: str,
         digest: str,
         refusal: str,
@@ -291,7 +295,7 @@ class ApprovalDesk:
         outcome = _text(raw_outcome)
         detail = _text(raw_verdict)
         match outcome:
-            case "ok" if verdict is Verdict.APPROVED:
+            case "ok" if verdict is ApprovalVerdict.APPROVED:
                 return Press(PressOutcome.APPROVED, "Approved: the call runs now.")
             case "ok":
                 return Press(PressOutcome.DENIED, "Denied: the call will not run.")

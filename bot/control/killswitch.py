@@ -30,8 +30,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from agent_core.interrupts import ControlPlane
-from agent_core.store import map_redis_errors
+from agent_core import ControlPlane, map_redis_errors
 from bot.control.subagents import SubagentRegistry
 from bot.events import ChatEvent
 from bot.keys import BotKeys

@@ -20,13 +20,11 @@ task, which state); the text itself is inside one block whose markers are neutra
 
 from __future__ import annotations
 
-from agent_core.errors import ToolFailed
-from agent_core.tools.base import ToolContext
-from agent_core.untrusted import QuoteKind, aquote_untrusted, neutralise_markers
+from agent_core import QuoteKind, ToolContext, ToolFailed, aquote_untrusted, neutralise_markers
 from bot.control.subagents import ChildState, SubagentRegistry
 from bot.events import ChatEvent, Platform
 from bot.publishing.platform import CardRef, CardTarget
-from cards.model import CardStatus, ProgressCard
+from cards import CardStatus, ProgressCard
 
 __all__ = ["SubagentCards", "SubagentDesk"]
 

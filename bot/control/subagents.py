@@ -33,8 +33,7 @@ from enum import StrEnum
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
 
-from agent_core.store import TURN_KEY_TTL_S, map_redis_errors
-from agent_core.untrusted import QuoteKind, aquote_untrusted
+from agent_core import TURN_KEY_TTL_S, QuoteKind, aquote_untrusted, map_redis_errors
 from bot.events import AuthorKind, ChatEvent, Platform
 from bot.keys import BotKeys
 from bot.state.followups import Followups

@@ -27,7 +27,7 @@ from bot.adapters.console.channel import CardView, ConsoleChannel, Screen
 from bot.demo.stack import LocalStack
 from bot.keys import BotKeys
 from bot.state.settle import Book
-from cards.model import CardStep, StepState
+from cards import CardStep, StepState
 
 __all__ = ["DemoSummary", "play"]
 

@@ -26,7 +26,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from redis.exceptions import RedisError
 from starlette.types import Scope
 
-from agent_core.errors import StoreError
+from agent_core import StoreError
 from bot.adapters.console.inbound import parse_console, verify_console
 from bot.adapters.slack.inbound import SlackIdentity, parse_slack, verify_slack
 from bot.control.approval_desk import ApprovalDesk

@@ -15,18 +15,18 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import assert_never
 
 import redis.asyncio as aioredis
 
-from agent_core.errors import StoreError
-from agent_core.store import map_redis_errors
+from agent_core import StoreError, map_redis_errors
 from bot.control.approval_desk import ApprovalDesk, Press
 from bot.control.killswitch import KillSwitchDesk, SwitchAnswer
 from bot.control.subagents import SubagentRegistry
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent, EventKind
-from bot.intake.queue import Queue, Route
-from bot.intake.routing import route_event
+from bot.intake.queue import Queue
+from bot.intake.routing import RoutingOutcome, route_event
 from bot.state.audit import AuditEvent, AuditLog, clip
 from bot.tracing import taking
 
@@ -42,7 +42,7 @@ FORGET_TIMEOUT_S = 5.0
 class Taken:
     """What became of one event."""
 
-    outcome: str
+    outcome: RoutingOutcome
     """The routing outcome (`start`, `steer`, `duplicate`, …), for metrics and logs."""
     press: Press | None = None
     """For an Approve or Deny press: the desk's decision."""
@@ -85,24 +85,40 @@ class Intake:
     async def _take(self, event: ChatEvent) -> Taken:
         arrived = time.time()  # before the write: a worker may cut on it before we return
         outcome = await route_event(self.queue, event)
-        if outcome in (Route.STEER.value, Route.STOP.value):
-            await self._audit_person(event, outcome, arrived)
-        if outcome == Route.STOP.value:
-            await self._stop_tree(event)
-        try:
-            if outcome == Route.APPROVE.value or (outcome == "duplicate" and _is_press(event)):
+        match outcome:
+            case RoutingOutcome.STEER:
+                await self._audit_person(event, arrived, steer=True)
+            case RoutingOutcome.STOP:
+                await self._audit_person(event, arrived, steer=False)
+                await self._stop_tree(event)
+            case RoutingOutcome.APPROVE:
                 return Taken(outcome, press=await self._desk.press(event))
-            if outcome == Route.KILL_SWITCH.value:
-                return Taken(outcome, switched=await self._switch_desk.command(event))
-        except (QueueUnavailable, StoreError, asyncio.CancelledError):
-            if outcome == Route.KILL_SWITCH.value:
-                await asyncio.shield(self._forget(event))
-            raise
+            case RoutingOutcome.DUPLICATE if _is_press(event):
+                return Taken(outcome, press=await self._desk.press(event))
+            case RoutingOutcome.KILL_SWITCH:
+                return Taken(outcome, switched=await self._command(event))
+            case (
+                RoutingOutcome.START
+                | RoutingOutcome.QUEUE
+                | RoutingOutcome.CANCELLED
+                | RoutingOutcome.DUPLICATE
+                | RoutingOutcome.IGNORED
+            ):
+                pass
+            case never:
+                assert_never(never)
         return Taken(outcome)
 
-    async def _audit_person(self, event: ChatEvent, outcome: str, arrived: float) -> None:
+    async def _command(self, event: ChatEvent) -> SwitchAnswer:
+        """Carry out a kill switch command; one that fails is forgotten, so its retry runs."""
+        try:
+            return await self._switch_desk.command(event)
+        except (QueueUnavailable, StoreError, asyncio.CancelledError):
+            await asyncio.shield(self._forget(event))
+            raise
+
+    async def _audit_person(self, event: ChatEvent, arrived: float, *, steer: bool) -> None:
         """Record who steered or stopped (a Stop button names its turn; typed text does not)."""
-        steer = outcome == Route.STEER.value
         stop_turn = event.action_value if event.kind is EventKind.ACTION else ""
         audited = AuditEvent(
             ts=arrived,
@@ -127,7 +143,7 @@ class Intake:
                 session, event.author_name or event.author
             )
 
-    async def submit(self, event: ChatEvent) -> str:
+    async def submit(self, event: ChatEvent) -> RoutingOutcome:
         """`take`, for a transport that only needs the routing outcome."""
         return (await self.take(event)).outcome
 

@@ -37,9 +37,14 @@ from enum import StrEnum
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from agent_core import UserKind, UserMessage, dump_message
-from agent_core.interrupts import BELL_TTL_S, TOMBSTONE_TTL_S
-from agent_core.store import TURN_KEY_TTL_S
+from agent_core import (
+    BELL_TTL_S,
+    TOMBSTONE_TTL_S,
+    TURN_KEY_TTL_S,
+    UserKind,
+    UserMessage,
+    dump_message,
+)
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent
 from bot.keys import BotKeys

@@ -29,8 +29,7 @@ from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
 
-from agent_core import SettleReason, SettleRecord
-from agent_core.store import map_redis_errors
+from agent_core import SettleReason, SettleRecord, map_redis_errors
 from bot.control.approval_desk import ApprovalDesk
 from bot.events import Platform
 from bot.keys import BotKeys
@@ -38,7 +37,7 @@ from bot.publishing.card_record import DELIVERY_STALE_S, CardRecord
 from bot.publishing.platform import CardGone, CardRef, CardTarget, ChatPlatform, PlatformError
 from bot.state.lease import Leases
 from bot.state.settle import SettleWriter, Verdict
-from cards.model import CardStatus, ProgressCard
+from cards import CardStatus, ProgressCard
 
 __all__ = ["INTERRUPTED_ERROR", "Reaper", "SweepReport"]
 

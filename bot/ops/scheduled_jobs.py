@@ -45,7 +45,7 @@ import redis.asyncio as aioredis
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
-from agent_core.store import map_redis_errors
+from agent_core import map_redis_errors
 from bot.errors import BotConfigError
 from bot.events import AuthorKind, ChatEvent, Platform
 from bot.intake.queue import DEDUPE_TTL_S, Queue

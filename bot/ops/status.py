@@ -16,11 +16,11 @@ import redis.asyncio as aioredis
 from rich.text import Text
 from rich.tree import Tree
 
-from agent_core.store import map_redis_errors
+from agent_core import map_redis_errors
 from bot.control.subagents import ChildRecord, ChildState, SubagentRegistry
 from bot.keys import BotKeys
 from bot.publishing.card_record import CardRecord
-from cards.model import ProgressCard
+from cards import ProgressCard
 
 __all__ = [
     "CardSummary",

@@ -21,10 +21,7 @@ import signal
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent_core import RunEvent, Tool, Toolset
-from agent_core.events import EventSource
-from agent_core.loop import EventSink
-from agent_core.tools.base import ToolContext
+from agent_core import EventSink, EventSource, RunEvent, Tool, ToolContext, Toolset
 
 __all__ = ["POINTS", "Failpoints"]
 

@@ -26,8 +26,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from agent_core.errors import AgentError
-from agent_core.interrupts import checkpoint
+from agent_core import AgentError, checkpoint
 from bot.publishing.card_record import CardRecord
 from bot.publishing.platform import (
     CardGone,
@@ -39,7 +38,7 @@ from bot.publishing.platform import (
     PlatformUnavailable,
 )
 from bot.state.audit import AuditLog
-from cards.model import CardStatus, ProgressCard
+from cards import CardStatus, ProgressCard
 
 __all__ = ["CardPublisher", "PublisherOptions"]
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from agent_core.store import map_redis_errors
+from agent_core import map_redis_errors
 from bot.keys import BotKeys
 from bot.publishing.platform import CardTarget
-from cards.model import ProgressCard
+from cards import ProgressCard
 
 __all__ = ["CARD_TTL_S", "DELIVERY_STALE_S", "CardRecord"]
 

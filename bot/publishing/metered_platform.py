@@ -20,7 +20,7 @@ from bot.publishing.platform import (
     PlatformRejected,
     PlatformUnavailable,
 )
-from cards.model import ProgressCard
+from cards import ProgressCard
 
 __all__ = ["MeteredPlatform", "outcome_of"]
 

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from bot.errors import BotError
 from bot.events import Platform
-from cards.model import ProgressCard
+from cards import ProgressCard
 
 __all__ = [
     "CardGone",

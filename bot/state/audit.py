@@ -35,17 +35,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_core import (
     BalanceLedger,
     ChatModel,
+    DeltaSink,
     EventSink,
+    Message,
     ModelResponse,
     RunDiagnostics,
     RunEvent,
+    StoreError,
+    ToolCall,
     Toolset,
+    map_redis_errors,
+    redact,
 )
-from agent_core.errors import StoreError
-from agent_core.llm.client import DeltaSink
-from agent_core.messages import Message, ToolCall
-from agent_core.redaction import redact
-from agent_core.store import map_redis_errors
 from bot.keys import BotKeys
 
 if TYPE_CHECKING:

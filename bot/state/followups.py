@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from agent_core import UserKind, UserMessage, load_message
-from agent_core.interrupts import TOMBSTONE_TTL_S
-from agent_core.store import TURN_KEY_TTL_S, map_redis_errors
+from agent_core import (
+    TOMBSTONE_TTL_S,
+    TURN_KEY_TTL_S,
+    UserKind,
+    UserMessage,
+    load_message,
+    map_redis_errors,
+)
+from agent_core.lua import register_lua
 from bot.events import ChatEvent
 from bot.keys import BotKeys
 from bot.state.lease import Lease, LeaseLost
@@ -32,81 +38,6 @@ AWAITING_TTL_S = TURN_KEY_TTL_S
 """How long an analysis waiting for approvals keeps its parked continuation: as long as the
 suspended batch itself (a request expires long before, `CHATOPS_APPROVAL_TIMEOUT_S`)."""
 
-# KEYS: open turns, follow-ups, the current turn's tombstone, the next turn's tombstone.
-# ARGV: next turn, tombstone ttl.
-_OPEN_TURN = """
-redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-local stop = redis.call('GET', KEYS[3])
-if stop then redis.call('SET', KEYS[4], stop, 'EX', ARGV[2]) end
-return 1
-"""
-
-
-# KEYS: the session's lease, open turns, the turns stream. ARGV: fencing token, turn, job.
-# Queues the continuation only while the lease still carries the token: a worker whose lease
-# was taken over must not queue a second runner of the analysis (RELIABILITY Q5).
-_HAND_OVER = """
-local held = redis.call('GET', KEYS[1])
-if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return 0 end
-redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('XADD', KEYS[3], '*', 'job', ARGV[3])
-return 1
-"""
-
-
-# KEYS: the session's lease, open turns, the suspended turn's tombstone, the continuation's
-# tombstone, the approvals hash, the awaiting job, the turns stream, the continuation marker,
-# the steer queue. ARGV: fencing token, continuation turn, ttl, job, suspended turn.
-# Opens the continuation of an analysis suspended for approvals and parks its job until the
-# desk queues it, fenced like a hand-over. Done once: a re-run of the suspended turn finds the
-# continuation marker and changes nothing. A stop that came first (carried over like `open`),
-# a redirect already queued, or requests already decided (an expiry in between) queue it at
-# once: nobody else would. The continuation is not a follow-up: once queued it is a stream
-# job like any other, taken over from the stream if its worker dies.
-_AWAIT = """
-local held = redis.call('GET', KEYS[1])
-if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return 0 end
-if redis.call('EXISTS', KEYS[8]) == 1 then return 3 end
-redis.call('SET', KEYS[8], ARGV[2], 'EX', ARGV[3])
-redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-local stop = redis.call('GET', KEYS[3])
-if stop then redis.call('SET', KEYS[4], stop, 'EX', ARGV[3]) end
-local waiting = false
-for _, value in ipairs(redis.call('HVALS', KEYS[5])) do
-  local a = cjson.decode(value)
-  if a['turn_id'] == ARGV[5] and a['verdict'] == 'pending' then waiting = true end
-end
-if stop or not waiting or redis.call('LLEN', KEYS[9]) > 0 then
-  redis.call('XADD', KEYS[7], '*', 'job', ARGV[4])
-  return 2
-end
-redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[3])
-return 1
-"""
-
-
-# KEYS: open turns, the parked continuation job, the turns stream, the bell.
-# ARGV: the tombstone key prefix (the key of turn ""), who stopped, tombstone ttl.
-# Stops an analysis that waits holding no lease (for approvals, sub-agents or a parent's
-# answer): its open turns are tombstoned and rung, and its parked continuation is queued, so
-# it runs, answers what waits "interrupted" and ends without the model. Returns the turns.
-_STOP_WAITING = """
-local turns = redis.call('SMEMBERS', KEYS[1])
-for _, turn in ipairs(turns) do
-  redis.call('SET', ARGV[1] .. turn, ARGV[2], 'EX', ARGV[3])
-  redis.call('RPUSH', KEYS[4], 'stop:' .. turn)
-end
-local job = redis.call('GET', KEYS[2])
-if job then
-  redis.call('XADD', KEYS[3], '*', 'job', job)
-  redis.call('DEL', KEYS[2])
-end
-return turns
-"""
-
 
 class Followups:
     """Reads and writes the follow-up bookkeeping of every session of a worker."""
@@ -114,10 +45,10 @@ class Followups:
     def __init__(self, redis: aioredis.Redis, keys: BotKeys) -> None:
         self._redis = redis
         self._keys = keys
-        self._open = redis.register_script(_OPEN_TURN)
-        self._hand_over = redis.register_script(_HAND_OVER)
-        self._await = redis.register_script(_AWAIT)
-        self._stop_waiting = redis.register_script(_STOP_WAITING)
+        self._open = register_lua(redis, "bot.state", "followups_open_turn")
+        self._hand_over = register_lua(redis, "bot.state", "followups_hand_over")
+        self._await = register_lua(redis, "bot.state", "followups_await")
+        self._stop_waiting = register_lua(redis, "bot.state", "followups_stop_waiting")
 
     async def tombstoned(self, job: TurnJob) -> bool:
         """Whether the job's turn was stopped before it started."""

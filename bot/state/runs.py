@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from agent_core.store import map_redis_errors
+from agent_core import map_redis_errors
 from bot.keys import BotKeys
 from bot.state.audit import DEFAULT_RETENTION_S
 

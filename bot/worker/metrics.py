@@ -24,9 +24,7 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from redis.exceptions import RedisError, ResponseError
 
-from agent_core import RunOutcome, SettleRecord, StoreError
-from agent_core.diagnostics import RunDiagnostics
-from agent_core.interrupts import Signal
+from agent_core import RunDiagnostics, RunOutcome, SettleRecord, Signal, StoreError
 from bot.control.killswitch import KillSwitch
 from bot.keys import BotKeys
 from bot.process.loop_lag import lag_histogram

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
-from agent_core import StoreError
-from agent_core.interrupts import checkpoint, until_set
+from agent_core import StoreError, checkpoint, until_set
 from bot.analysis.actor import Actor
 from bot.control.killswitch import KillSwitch
 from bot.keys import BotKeys

@@ -23,7 +23,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from bot.keys import BotKeys
-from cards.model import ProgressCard
+from cards import ProgressCard
 
 __all__ = ["CardView", "ConsoleChannel", "ConsoleRefused", "Screen"]
 

@@ -51,8 +51,7 @@ from bot.publishing.platform import (
     PlatformUnavailable,
 )
 from bot.settings import Settings
-from cards.feishu import render_feishu
-from cards.model import ProgressCard
+from cards import ProgressCard, render_feishu
 
 __all__ = [
     "DEFAULT_RETRY_AFTER_S",

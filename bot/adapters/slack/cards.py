@@ -42,8 +42,7 @@ from bot.publishing.platform import (
     PlatformUnavailable,
 )
 from bot.settings import Settings
-from cards.model import ProgressCard
-from cards.slack import render_slack, slack_text
+from cards import ProgressCard, render_slack, slack_text
 
 __all__ = ["DEFAULT_RETRY_AFTER_S", "DEFAULT_TIMEOUT_S", "SlackCards", "map_slack_errors"]
 

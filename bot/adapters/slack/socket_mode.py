@@ -39,7 +39,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent_core.errors import StoreError
+from agent_core import StoreError
 from bot.adapters.slack.client import DEFAULT_SLACK_API_URL
 from bot.adapters.slack.inbound import SlackIdentity, parse_slack
 from bot.errors import BotConfigError, MalformedRequest, QueueUnavailable
