@@ -1,6 +1,7 @@
 """Benchmark of tool-output hygiene on hostile shapes (docs/reliability.md X1).
 
-Run it with `.venv/bin/python bench/hygiene.py` (`--quick` for a smoke run). For each
+Run it with `.venv/bin/python bench/hygiene.py` (`--smoke`, alias `--quick`, for a run of
+seconds that `make test` runs; `--help` for the modes). For each
 adversarial shape (runs of newlines, spaces, tabs, `<` + spaces, one long base64 token, deep
 indentation) and for ordinary SRE output of the same size (the corpus in
 `tests/data/redaction/ordinary/`, repeated), it times `agent_core.redaction.redact` and
@@ -12,7 +13,9 @@ It prints, per step and shape, the throughput as a ratio to ordinary text measur
 run, and the time ratio of 10 N to N. The exit status is 1 unless every shape is at least 0.5x
 as fast as ordinary text and every 10x ratio is at most 12x (linear time). `--quick` uses small
 sizes and checks only that the bench runs and that nothing is grossly super-linear (a 10x
-ratio of at most 40x, small sizes being noisy).
+ratio of at most 40x, small sizes being noisy). The figures end the output as `ratio <name> =
+<number>` lines (`bench/_figures.py`); a step that took no measurable CPU time leaves its
+ratios undefined, and the exit status is then 1 too.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _figures import SMOKE_HELP, print_ratios, ratio, require, run  # noqa: E402
 
 from agent_core.redaction import redact  # noqa: E402
 from agent_core.tools.hygiene import frame  # noqa: E402
@@ -77,7 +82,8 @@ def best_time(step: Callable[[str], object], text: str, repeats: int) -> float:
         start = time.process_time()
         step(text)
         best = min(best, time.process_time() - start)
-    return max(best, 1e-6)
+    require(best > 0, f"{len(text):,} characters took no measurable CPU time")
+    return best
 
 
 def measure(
@@ -92,21 +98,51 @@ def measure(
         at_10n = best_time(step, text, repeats)
         results[shape] = (at_n, at_10n)
     ordinary = results["ordinary"][1]
-    return {shape: (ordinary / at_10n, at_10n / at_n) for shape, (at_n, at_10n) in results.items()}
+    return {
+        shape: (
+            ratio(ordinary, at_10n, name=f"{name} {shape} throughput"),
+            ratio(at_10n, at_n, name=f"{name} {shape} 10N/N"),
+        )
+        for shape, (at_n, at_10n) in results.items()
+    }
+
+
+_MODES = """\
+modes:
+  (default)  N = 100,000 characters, min of 3 runs; exit 1 unless every shape is >= 0.5x as
+             fast as ordinary text and every 10x ratio is <= 12x
+  --smoke    N = 2,000, min of 2 runs (seconds); exit 1 only if a 10x ratio exceeds 40x or a
+             figure cannot be produced
+
+Every figure is a ratio to a baseline measured in the same run (ordinary text, and the same
+shape at N), printed last as `ratio <name> = <number>` lines."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the bench; 0 when every ratio is within its bound."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, loose bounds")
+    parser = argparse.ArgumentParser(
+        description=(
+            "Redaction and framing of tool output on hostile shapes (runs of whitespace, `<` + "
+            "spaces, long base64, deep indentation): throughput against ordinary SRE output of "
+            "the same size, and the time at 10 N against N (linear time)."
+        ),
+        epilog=_MODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--smoke", "--quick", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args(argv)
-    size, repeats = (2_000, 2) if args.quick else (100_000, 3)
-    min_speed, max_growth = (0.0, 40.0) if args.quick else (0.5, 12.0)
+    return run(lambda: _bench(smoke=args.smoke))
+
+
+def _bench(*, smoke: bool) -> int:
+    size, repeats = (2_000, 2) if smoke else (100_000, 3)
+    min_speed, max_growth = (0.0, 40.0) if smoke else (0.5, 12.0)
     steps: dict[str, Callable[[str], object]] = {
         "redact": redact,
         "frame": lambda text: frame("bench", text),
     }
     ok = True
+    ratios: dict[str, float] = {}
     print(f"sizes N={size:,} and 10N={size * 10:,} characters, min of {repeats} runs")
     for step_name, step in steps.items():
         for shape, (speed, growth) in measure(step_name, step, size, repeats).items():
@@ -117,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{step_name:6} {shape:13} throughput {speed:5.2f}x ordinary"
                 f"  time(10N)/time(N) {growth:5.2f}x  {verdict}"
             )
+            ratios[f"{step_name}.{shape}.throughput_vs_ordinary"] = speed
+            ratios[f"{step_name}.{shape}.time_10n_vs_n"] = growth
+    print_ratios(ratios)
     print("PASS" if ok else f"FAIL: need >= {min_speed}x ordinary and <= {max_growth}x for 10x")
     return 0 if ok else 1
 
