@@ -11,7 +11,7 @@ estimate on a shared machine.
 
 It prints, per step and shape, the throughput as a ratio to ordinary text measured in the same
 run, and the time ratio of 10 N to N. The exit status is 1 unless every shape is at least 0.5x
-as fast as ordinary text and every 10x ratio is at most 12x (linear time). `--quick` uses small
+as fast as ordinary text and every 10x ratio is at most 12x (linear time). `--smoke` uses small
 sizes and checks only that the bench runs and that nothing is grossly super-linear (a 10x
 ratio of at most 40x, small sizes being noisy). The figures end the output as `ratio <name> =
 <number>` lines (`bench/_figures.py`); a step that took no measurable CPU time leaves its
