@@ -33,16 +33,13 @@ from starlette.types import ASGIApp
 from bot.demo.embedded_redis import free_port, spawn_redis, stop_process
 from bot.demo.rehearsal import rehearsal_app
 from bot.demo.service import demo_service_app
+from bot.errors import StackError
 from bot.process.task_errors import cause_of
 
 __all__ = ["LocalStack", "StackError", "local_stack"]
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
-
-
-class StackError(Exception):
-    """A part of the local stack would not start."""
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Everything the worker says in a thread goes through one `ChatPlatform`; the Slack and Feishu
 implementations live in `bot/adapters/` (the only modules that import a platform SDK) and
-translate the SDKs' failures into the errors below, so the publisher can decide what to retry.
+translate the SDKs' failures into the platform errors of `bot.errors` (re-exported here), so
+the publisher can decide what to retry.
 """
 
 from __future__ import annotations
@@ -10,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.errors import BotError
+from bot.errors import (
+    CardGone,
+    PlatformError,
+    PlatformRateLimited,
+    PlatformRejected,
+    PlatformUnavailable,
+)
 from bot.events import Platform
 from cards import ProgressCard
 
@@ -45,30 +52,6 @@ class CardRef:
     channel: str
     message_id: str
     """Slack `ts` of the card message; Feishu `message_id`."""
-
-
-class PlatformError(BotError):
-    """An outbound platform call failed."""
-
-
-class PlatformRateLimited(PlatformError):
-    """HTTP 429 (Slack `ratelimited`, Feishu 99991400 / 230020 frequency limits)."""
-
-    def __init__(self, retry_after_s: float, detail: str = "") -> None:
-        super().__init__(detail or f"rate limited, retry after {retry_after_s} s")
-        self.retry_after_s = retry_after_s
-
-
-class PlatformUnavailable(PlatformError):
-    """A timeout, connection failure or 5xx: the same call may succeed later."""
-
-
-class CardGone(PlatformError):
-    """The card's message no longer exists (deleted or recalled by a person)."""
-
-
-class PlatformRejected(PlatformError):
-    """Any other refusal (bad token, invalid blocks, no permission): retrying will not help."""
 
 
 class ChatPlatform(Protocol):

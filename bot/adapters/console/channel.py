@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import httpx
 import redis.asyncio as aioredis
 
+from bot.errors import ConsoleRefused
 from bot.keys import BotKeys
 from cards import ProgressCard
 
@@ -29,10 +30,6 @@ __all__ = ["CardView", "ConsoleChannel", "ConsoleRefused", "Screen"]
 
 READ_BLOCK_MS = 1000
 """One blocking read of the cards stream; under redis-py's default 5 s socket timeout."""
-
-
-class ConsoleRefused(Exception):
-    """The ingress refused an event (its status and message say why)."""
 
 
 @dataclass(frozen=True, slots=True)
