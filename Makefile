@@ -43,11 +43,9 @@ lint: install
 demo: install redis-server
 	$(BIN)/chatops demo
 
+# Every bench in full; `make test` runs each with --smoke (tests/test_bench_smoke.py).
 bench: install redis-server
-	$(BIN)/python bench/runtime.py
-	$(BIN)/python bench/ingress.py --quick
-	$(BIN)/python bench/drain.py
-	$(BIN)/python bench/hygiene.py
+	@set -e; for script in bench/[!_]*.py; do echo "== $$script"; $(BIN)/python $$script; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -36,7 +36,10 @@ requests/s ratio.
 Afterwards every answer must have been 200 and, for ours, the turns stream must have grown by
 exactly the number of 200s (nothing acknowledged was lost); otherwise the exit status is 1.
 `--profile FILE` runs the `ours` server under cProfile and writes its stats to FILE (the timings
-of that run are then not comparable).
+of that run are then not comparable). `--smoke` (alias `--quick`) sends 200 requests per target
+in one round, in seconds, to check that every figure can still be produced (`make test` runs
+it). The figures end the output as `ratio <name> = <number>` lines (`bench/_figures.py`); a
+figure that cannot be produced (no CPU time readable, a zero baseline) is exit status 1 too.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ if str(_ROOT) not in sys.path:  # run as a script: make `tests.fakes` importable
 
 import aiohttp  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
+from _figures import SMOKE_HELP, print_ratios, ratio, run  # noqa: E402
 from fastapi import FastAPI, Request, Response  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -473,13 +477,13 @@ def check(stats: dict[str, Stats]) -> list[str]:
     """What went wrong: non-200 answers, or 200s for ours that the stream does not hold."""
     problems = []
     for kind, target in stats.items():
-        for i, run in enumerate(target.runs, 1):
-            if set(run.statuses) != {200}:
-                problems.append(f"{kind} round {i}: answers {dict(run.statuses)}")
-            if kind == "ours" and run.enqueued != run.statuses[200]:
+        for i, timed in enumerate(target.runs, 1):
+            if set(timed.statuses) != {200}:
+                problems.append(f"{kind} round {i}: answers {dict(timed.statuses)}")
+            if kind == "ours" and timed.enqueued != timed.statuses[200]:
                 problems.append(
-                    f"ours round {i}: {run.statuses[200]} answered 200 but the turns stream "
-                    f"grew by {run.enqueued}"
+                    f"ours round {i}: {timed.statuses[200]} answered 200 but the turns stream "
+                    f"grew by {timed.enqueued}"
                 )
     return problems
 
@@ -553,6 +557,23 @@ def summary(stats: dict[str, Stats]) -> str:
     return "; ".join(parts)
 
 
+def figures(stats: dict[str, Stats]) -> dict[str, float]:
+    """Each target's requests/s and server CPU per request as ratios to bare's.
+
+    Raises:
+        FigureError: A figure is not a finite number (bare's is zero, /proc was unreadable).
+    """
+    bare_rps, bare_us = stats["bare"].median("rps"), stats["bare"].median("server_us")
+    out: dict[str, float] = {}
+    for kind in stats:
+        if kind != "bare":
+            rps = ratio(stats[kind].median("rps"), bare_rps, name=f"{kind} req/s ÷ bare")
+            cpu = ratio(bare_us, stats[kind].median("server_us"), name=f"bare ÷ {kind} CPU")
+            out[f"{kind}_vs_bare.requests_per_s"] = rps
+            out[f"{kind}_vs_bare.by_server_cpu"] = cpu
+    return out
+
+
 def environment(opts: Options, cpus: tuple[set[int], set[int]]) -> str:
     """One line on what the numbers depend on."""
     http = "httptools" if find_spec("httptools") else "h11"
@@ -587,15 +608,33 @@ def _split_cpus(pin: bool) -> tuple[set[int], set[int]]:
     return {available[-1]}, set(available[:-1])
 
 
+_MODES = """\
+modes:
+  (default)  --requests per run, --rounds interleaved rounds, --warmup untimed requests, for
+             each of bare, ours and bolt (minutes)
+  --smoke    200 requests, 1 round, 50 warm-up per target (seconds); checks that every figure
+             can be produced
+
+Every figure is a ratio to the bare endpoint measured in the same run, printed last as
+`ratio <name> = <number>` lines. Exit status 1 when an answer is not 200, an acknowledged
+event is missing from the turns stream, a server does not start, or a figure cannot be
+produced; not when the goal is missed (that is a figure, printed as such)."""
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in the options' help, the modes epilog as written."""
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
         description=(
             "Requests/s and p50/p99 of our /slack/events (signed app_mention: verify, dedupe, "
             "classify, enqueue) against a bare FastAPI POST and slack-bolt's ack-only path; "
             "prints the ratios. Goal: ours >= 0.5x bare."
         ),
+        epilog=_MODES,
     )
     parser.add_argument("--requests", type=int, default=5000, help="requests per timed run")
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight")
@@ -603,9 +642,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=300, help="untimed requests per target")
     parser.add_argument("--no-bolt", action="store_true", help="leave out the bolt reference")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
-    parser.add_argument(
-        "--quick", action="store_true", help="1000 requests, 3 rounds, 200 warm-up (≲15 s)"
-    )
+    parser.add_argument("--smoke", "--quick", action="store_true", help=SMOKE_HELP)
     parser.add_argument(
         "--profile",
         metavar="FILE",
@@ -624,16 +661,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.serve:
         return serve(args.serve, args.fd, args.port, args.redis_port, args.profile)
-    quick = args.quick
+    smoke = args.smoke
     opts = Options(
-        requests=max(100, 1000 if quick else args.requests),
+        requests=200 if smoke else max(100, args.requests),
         concurrency=max(1, args.concurrency),
-        rounds=max(1, 3 if quick else args.rounds),
-        warmup=max(1, 200 if quick else args.warmup),
+        rounds=1 if smoke else max(1, args.rounds),
+        warmup=50 if smoke else max(1, args.warmup),
         targets=("bare", "ours") if args.no_bolt else TARGETS,
         pin=not args.no_pin,
         profile=str(Path(args.profile).resolve()) if args.profile else None,
     )
+    return run(lambda: _bench(opts))
+
+
+def _bench(opts: Options) -> int:
     console = Console(width=max(132, shutil.get_terminal_size().columns))
     cpus = _split_cpus(opts.pin)
     started = time.perf_counter()
@@ -658,18 +699,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "core or more (other load, or the client set the pace): its figures are not "
                 "server-bound; see busy srv/cli"
             )
+    console.print(f"(total {time.perf_counter() - started:.1f} s)", highlight=False)
     problems = check(stats)
     for problem in problems:
         console.print(f"[red]FAILED[/red] {problem}")
-    if not problems:
-        total = sum(r.statuses[200] for r in stats["ours"].runs)
-        console.print(
-            f"checked: every answer was 200; the turns stream holds all {total} timed ours "
-            "events that were acknowledged",
-            highlight=False,
-        )
-    console.print(f"(total {time.perf_counter() - started:.1f} s)", highlight=False)
-    return 1 if problems else 0
+    if problems:
+        return 1
+    total = sum(r.statuses[200] for r in stats["ours"].runs)
+    console.print(
+        f"checked: every answer was 200; the turns stream holds all {total} timed ours "
+        "events that were acknowledged",
+        highlight=False,
+    )
+    print_ratios(figures(stats))
+    return 0
 
 
 if __name__ == "__main__":
