@@ -790,7 +790,7 @@ async def bench(redis_url: str, settings: Settings, console: Console) -> dict[st
 _MODES = """\
 modes:
   (default)  20 turns per stream length, 500 ledger turns x 15 passes, 7 repetitions of each
-             latency case with a 200 ms hold (about a minute)
+             latency case with a 200 ms hold (about half a minute)
   --smoke    3 turns, 50 ledger turns x 2 passes, 1 repetition with a 100 ms hold (seconds);
              checks that every figure can be produced (`make test` runs it)
 
