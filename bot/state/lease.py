@@ -9,6 +9,7 @@ fence is ours.
 
 The lease key doubles as the ingress's "a turn is live" marker (`BotKeys.live_turn`), and every
 lease is indexed by expiry in one sorted set, so the reaper finds expired ones without scanning.
+The scripts are `bot/state/lua/lease_*.lua`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import redis.asyncio as aioredis
 
 from agent_core.errors import StoreError
 from agent_core.interrupts import WATCH_BLOCK_S, checkpoint
+from agent_core.lua import register_lua
 from agent_core.store import map_redis_errors
 from bot.keys import BotKeys
 
@@ -31,60 +33,6 @@ __all__ = ["Lease", "LeaseLost", "Leases"]
 log = logging.getLogger(__name__)
 
 FREE_RING_TTL_S = 60
-
-# KEYS: lease, fence counter, leases index, lease start times. ARGV: worker, turn, ttl ms,
-# session.
-# Returns {1, token} when taken, {0, remaining ms} when another holder has it.
-_ACQUIRE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('PTTL', KEYS[1])} end
-local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], token .. '|' .. ARGV[1] .. '|' .. ARGV[2], 'PX', ARGV[3])
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), ARGV[4])
-redis.call('ZADD', KEYS[4], 'NX', now_ms, ARGV[4])
-return {1, token}
-"""
-
-# KEYS: lease, leases index. ARGV: token, ttl ms, session, turn ('' keeps the current turn).
-# Renews (and may move the lease to a next turn of the same chain) only while it is ours.
-_RENEW = """
-local held = redis.call('GET', KEYS[1])
-if not held then return 0 end
-local token, worker, turn = string.match(held, '^(%d+)|([^|]*)|(.*)$')
-if token ~= ARGV[1] then return 0 end
-if ARGV[4] ~= '' then turn = ARGV[4] end
-redis.call('SET', KEYS[1], token .. '|' .. worker .. '|' .. turn, 'PX', ARGV[2])
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[2]), ARGV[3])
-return 1
-"""
-
-# KEYS: lease, leases index, free ring, lease start times. ARGV: token, session, ring ttl.
-_RELEASE = """
-local held = redis.call('GET', KEYS[1])
-if held and string.match(held, '^(%d+)|') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[2])
-  redis.call('ZREM', KEYS[4], ARGV[2])
-  redis.call('RPUSH', KEYS[3], 'free')
-  redis.call('EXPIRE', KEYS[3], ARGV[3])
-  return 1
-end
-return 0
-"""
-
-
-# KEYS: lease, leases index, lease start times. ARGV: session. Drops the index entries only
-# while no lease is held (a lease taken again in the meantime keeps its entries).
-_FORGET = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-end
-return 1
-"""
 
 
 class LeaseLost(Exception):
@@ -108,10 +56,10 @@ class Leases:
         self._redis = redis
         self._keys = keys
         self.ttl_s = ttl_s
-        self._acquire = redis.register_script(_ACQUIRE)
-        self._renew = redis.register_script(_RENEW)
-        self._release = redis.register_script(_RELEASE)
-        self._forget = redis.register_script(_FORGET)
+        self._acquire = register_lua(redis, "bot.state", "lease_acquire")
+        self._renew = register_lua(redis, "bot.state", "lease_renew")
+        self._release = register_lua(redis, "bot.state", "lease_release")
+        self._forget = register_lua(redis, "bot.state", "lease_forget")
 
     @property
     def _ttl_ms(self) -> int:
