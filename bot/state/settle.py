@@ -31,6 +31,7 @@ from typing import Protocol
 import redis.asyncio as aioredis
 
 from agent_core import Completed, RunOutcome, SettleRecord
+from agent_core.lua import register_lua
 from agent_core.store import map_redis_errors
 from bot.keys import BotKeys
 from bot.state.audit import AuditEvent, AuditLog
@@ -116,32 +117,6 @@ class Settled(StrEnum):
     """The writer's lease is gone: refused (the lease's new holder settles)."""
 
 
-# KEYS: lease, settle record, open turns, session usage, books: settles, automation,
-# no-final-reply. ARGV: lease token ('' for the reaper: allowed only while no lease is held),
-# record JSON, turn, automation flag, no-final flag, prompt tokens, completion tokens, cost,
-# record ttl, reason, session, book maxlen.
-_SETTLE = """
-local held = redis.call('GET', KEYS[1])
-if ARGV[1] == '' then
-  if held then return -1 end
-elseif not held or string.match(held, '^(%d+)|') ~= ARGV[1] then
-  return -1
-end
-if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'EX', ARGV[9]) then return 0 end
-redis.call('SREM', KEYS[3], ARGV[3])
-redis.call('HINCRBY', KEYS[4], 'turns', 1)
-redis.call('HINCRBY', KEYS[4], 'prompt_tokens', ARGV[6])
-redis.call('HINCRBY', KEYS[4], 'completion_tokens', ARGV[7])
-redis.call('HINCRBYFLOAT', KEYS[4], 'cost', ARGV[8])
-local entry = {'session', ARGV[11], 'turn', ARGV[3], 'reason', ARGV[10], 'record', ARGV[2],
-  'cost', ARGV[8]}
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[12], '*', unpack(entry))
-if ARGV[4] == '1' then redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[12], '*', unpack(entry)) end
-if ARGV[5] == '1' then redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[12], '*', unpack(entry)) end
-return 1
-"""
-
-
 class SettleWriter:
     """Writes settle records and books; idempotent and fenced."""
 
@@ -160,7 +135,7 @@ class SettleWriter:
         self._pricing = pricing or Pricing()
         self._metrics = metrics
         """Fed with each settle written here (never a duplicate): reason, tokens, the run."""
-        self._settle = redis.register_script(_SETTLE)
+        self._settle = register_lua(redis, "bot.state", "settle_write")
 
     async def settle(self, outcome: RunOutcome, lease: Lease | None) -> Settled:
         """Settle a finished run (`lease` None: the reaper, allowed only once no lease is held)."""
