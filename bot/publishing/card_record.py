@@ -22,80 +22,12 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from agent_core import map_redis_errors
+from agent_core.lua import register_lua
 from bot.keys import BotKeys
 from bot.publishing.platform import CardTarget
 from cards import ProgressCard
 
 __all__ = ["CARD_TTL_S", "DELIVERY_STALE_S", "CardRecord"]
-
-# KEYS: card record, undelivered-finals index. ARGV: token, final flag, card JSON, session.
-# Returns the new sequence number, or 0 when refused (older token, or the card is final).
-_CLAIM = """
-if redis.call('HGET', KEYS[1], 'final') == '1' then return 0 end
-local token = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
-if token > tonumber(ARGV[1]) then return 0 end
-local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('HSET', KEYS[1], 'token', ARGV[1], 'state', ARGV[3], 'final', ARGV[2])
-if ARGV[2] == '1' then
-  local now = redis.call('TIME')
-  redis.call('HSET', KEYS[1], 'delivered', 'sending:' .. now[1])
-  redis.call('SADD', KEYS[2], ARGV[4])
-end
-return seq
-"""
-
-# KEYS: card record. ARGV: seconds after which a delivery in progress counts as abandoned.
-# Takes the delivery of a recorded final state: 1 when the caller must send it now.
-_TAKE_DELIVERY = """
-local state = redis.call('HGET', KEYS[1], 'delivered')
-if not state or state == '1' then return 0 end
-local now = tonumber(redis.call('TIME')[1])
-local since = tonumber(string.match(state, '^sending:(%d+)$') or '')
-if since and now - since < tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'delivered', 'sending:' .. now)
-return 1
-"""
-
-# KEYS: card record, lease, undelivered-finals index. ARGV: session, final state, the sequence
-# number it was built from. The reaper's finalization: only while no lease is held, only a live
-# card, and only if nobody wrote the card since it was read. 1 when done.
-_ABANDON = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-if redis.call('HGET', KEYS[1], 'final') ~= '0' then return 0 end
-if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[3] then return 0 end
-local now = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'final', '1', 'delivered', 'sending:' .. now[1], 'state', ARGV[2])
-redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('SADD', KEYS[3], ARGV[1])
-return 1
-"""
-
-
-# KEYS: card record. Gives a failed delivery back, so the next sweep retries it at once.
-_DROP_DELIVERY = """
-local state = redis.call('HGET', KEYS[1], 'delivered')
-if state and string.match(state, '^sending:') then redis.call('HSET', KEYS[1], 'delivered', '0') end
-return 1
-"""
-
-# KEYS: card record, lease. ARGV: token, platform, channel, thread, ttl.
-# Attaches a new owner to a live card of the same thread: returns its message id, or '' when a
-# new card must be posted (none yet, or the last one is final).
-_ATTACH = """
-local held = redis.call('GET', KEYS[2])
-if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return redis.error_reply('lease') end
-local rec = redis.call('HMGET', KEYS[1], 'final', 'message_id', 'thread', 'platform')
-if rec[1] == '0' and rec[2] and rec[2] ~= '' and rec[3] == ARGV[4] and rec[4] == ARGV[2] then
-  redis.call('HSET', KEYS[1], 'token', ARGV[1])
-  redis.call('EXPIRE', KEYS[1], ARGV[5])
-  return rec[2]
-end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'token', ARGV[1], 'seq', 0, 'final', '0', 'platform', ARGV[2],
-  'channel', ARGV[3], 'thread', ARGV[4], 'message_id', '')
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-return ''
-"""
 
 CARD_TTL_S = 30 * 24 * 3600
 DELIVERY_STALE_S = 60
@@ -111,11 +43,11 @@ class CardRecord:
         self._key = keys.card(session_id)
         self._lease_key = keys.live_turn(session_id)
         self._undelivered = keys.undelivered_cards
-        self._claim = redis.register_script(_CLAIM)
-        self._attach = redis.register_script(_ATTACH)
-        self._abandon = redis.register_script(_ABANDON)
-        self._take_delivery = redis.register_script(_TAKE_DELIVERY)
-        self._drop_delivery = redis.register_script(_DROP_DELIVERY)
+        self._claim = register_lua(redis, "bot.publishing", "card_record_claim")
+        self._attach = register_lua(redis, "bot.publishing", "card_record_attach")
+        self._abandon = register_lua(redis, "bot.publishing", "card_record_abandon")
+        self._take_delivery = register_lua(redis, "bot.publishing", "card_record_take_delivery")
+        self._drop_delivery = register_lua(redis, "bot.publishing", "card_record_drop_delivery")
 
     async def attach(self, token: int, target: CardTarget) -> str:
         """Become the card's writer; the live card's message id, or '' to post a new one."""
