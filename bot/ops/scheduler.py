@@ -30,6 +30,7 @@ import redis.asyncio as aioredis
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from agent_core.lua import register_lua
 from agent_core.store import map_redis_errors
 from bot.errors import BotConfigError
 from bot.keys import BotKeys
@@ -46,21 +47,6 @@ __all__ = ["LeaderLock", "Scheduler", "SchedulerMetrics", "open_scheduler"]
 
 log = logging.getLogger(__name__)
 
-# KEYS: lock. ARGV: holder, ttl ms. 1 when the caller holds the lock afterwards.
-_LEAD = """
-local holder = redis.call('GET', KEYS[1])
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
-
-
 TICK_TIMEOUT_S = 60.0
 """The longest one reaper tick may take (or three intervals, if longer)."""
 
@@ -73,7 +59,7 @@ class LeaderLock:
         self._key = key
         self.holder = holder
         self._ttl_ms = max(1, int(ttl_s * 1000))
-        self._lead = redis.register_script(_LEAD)
+        self._lead = register_lua(redis, "bot.ops", "scheduler_lead")
 
     async def hold(self) -> bool:
         """Take or renew the lock; True when this process leads."""

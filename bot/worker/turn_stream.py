@@ -19,6 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from agent_core.lua import register_lua
 from agent_core.store import map_redis_errors
 from bot.keys import BotKeys
 from bot.state.lease import Lease
@@ -29,16 +30,6 @@ log = logging.getLogger(__name__)
 
 DEAD_LETTER_MAXLEN = 10_000
 """The dead-letter stream is trimmed (approximately) to this many entries."""
-
-# KEYS: the session's lease, the turns stream. ARGV: fencing token, group, entry id.
-# Returns 1 when acknowledged (and deleted), 0 when the lease is no longer this token's.
-_ACK = """
-local held = redis.call('GET', KEYS[1])
-if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return 0 end
-redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
-redis.call('XDEL', KEYS[2], ARGV[3])
-return 1
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +46,7 @@ class TurnStream:
     def __init__(self, redis: aioredis.Redis, keys: BotKeys) -> None:
         self._redis = redis
         self._keys = keys
-        self._ack = redis.register_script(_ACK)
+        self._ack = register_lua(redis, "bot.worker", "turn_stream_ack")
         self._cursor = "0-0"
 
     async def read(self, consumer: str, block_ms: int) -> list[Entry]:

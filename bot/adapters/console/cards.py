@@ -38,6 +38,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from agent_core.lua import register_lua
 from bot.events import Platform
 from bot.keys import BotKeys
 from bot.publishing.card_record import CARD_TTL_S
@@ -58,15 +59,6 @@ CARDS_MAXLEN = 10_000
 DEFAULT_TIMEOUT_S = 10.0
 """Upper bound on one write, as for the other platforms' calls."""
 
-# KEYS: message record, cards stream. ARGV: op, ttl, maxlen, then the entry's field/value pairs.
-# Returns 0, writing nothing, for an update of a message that does not exist.
-_WRITE = """
-if ARGV[1] == 'update' and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('SET', KEYS[1], '1', 'EX', ARGV[2])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
-return 1
-"""
-
 
 class ConsoleCards:
     """Posts and updates progress cards on the console's cards stream."""
@@ -82,7 +74,7 @@ class ConsoleCards:
         self._redis = redis
         self._keys = keys or BotKeys()
         self._timeout_s = timeout_s
-        self._write = redis.register_script(_WRITE)
+        self._write = register_lua(redis, "bot.adapters.console", "cards_write")
 
     @property
     def platform(self) -> Platform:
