@@ -34,6 +34,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
 
 from agent_core import TURN_KEY_TTL_S, QuoteKind, aquote_untrusted, map_redis_errors
+from agent_core.lua import register_lua
 from bot.events import AuthorKind, ChatEvent, Platform
 from bot.keys import BotKeys
 from bot.state.followups import Followups
@@ -98,107 +99,15 @@ def child_event(parent: ChatEvent, parent_session: str, child_id: str, task: str
     )
 
 
-# KEYS: registry, turns stream, child's open turns, parents index, tree-stopped marker.
-# ARGV: child id, record, job, child turn, ttl, parent session.
-# Once per child id: a dispatch run again (its batch resumed after a crash) finds its child.
-_DISPATCH = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 2 end
-if redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('SADD', KEYS[3], ARGV[4])
-redis.call('EXPIRE', KEYS[3], ARGV[5])
-redis.call('SADD', KEYS[4], ARGV[6])
-redis.call('XADD', KEYS[2], '*', 'job', ARGV[3])
-return 1
-"""
-
-# Moves one child to a new state, unless it is final already (or the tree was stopped, for
-# anything but `cancelled`). A final state reports to the parent: a note in its inbox, and the
-# parent's parked continuation queued once none of its children is pending or running.
-# An `awaiting` child's question also goes to the inbox and wakes the parent.
-# KEYS: registry, tree-stopped marker, parent inbox, parent parked job, turns stream.
-# ARGV: child id, new state, report, question, now, inbox note ('' for none).
-_MOVE = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if not raw then return {0, ''} end
-local c = cjson.decode(raw)
-local final = {done = true, failed = true, cancelled = true}
-if final[c['state']] then return {0, c['state']} end
-local stopped = redis.call('EXISTS', KEYS[2]) == 1
-if stopped and ARGV[2] ~= 'cancelled' then ARGV[2] = 'cancelled' end
-c['state'] = ARGV[2]
-c['updated_at'] = tonumber(ARGV[5])
-if ARGV[3] ~= '' then c['report'] = ARGV[3] end
-c['question'] = ARGV[4]
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(c))
-if stopped or ARGV[6] == '' then return {1, c['state']} end
-redis.call('RPUSH', KEYS[3], ARGV[6])
-redis.call('EXPIRE', KEYS[3], @TTL@)
-local wake = c['state'] == 'awaiting'
-if final[c['state']] then
-  wake = true
-  for _, value in ipairs(redis.call('HVALS', KEYS[1])) do
-    local other = cjson.decode(value)
-    if other['state'] == 'pending' or other['state'] == 'running' then wake = false end
-  end
-end
-if wake then
-  local job = redis.call('GET', KEYS[4])
-  if job then
-    redis.call('XADD', KEYS[5], '*', 'job', job)
-    redis.call('DEL', KEYS[4])
-  end
-end
-return {1, c['state']}
-"""
-
-# KEYS: the session's lease, open turns, the suspended turn's tombstone, the continuation's
-# tombstone, registry, parked job, turns stream, parked marker, steer queue, inbox.
-# ARGV: fencing token, continuation turn, ttl, job, the turn that ended, what it waits for
-# (`children`: the dispatch's children; a child id: that child's answer).
-# Parks the continuation of a turn that ended to wait (dispatched, or a child that asked), once
-# per turn, fenced by the lease; queues it at once when there is nothing to wait for, a stop
-# came first, or a redirect is queued.
-_PARK = """
-local held = redis.call('GET', KEYS[1])
-if not held or string.match(held, '^(%d+)|') ~= ARGV[1] then return 0 end
-if not redis.call('SET', KEYS[8], ARGV[2], 'NX', 'EX', ARGV[3]) then return 3 end
-redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-local stop = redis.call('GET', KEYS[3])
-if stop then redis.call('SET', KEYS[4], stop, 'EX', ARGV[3]) end
-local waiting, asked = false, false
-for _, value in ipairs(redis.call('HVALS', KEYS[5])) do
-  local c = cjson.decode(value)
-  if ARGV[6] == 'children' then
-    if c['state'] == 'pending' or c['state'] == 'running' then waiting = true end
-    if c['state'] == 'awaiting' then asked = true end
-  elseif c['child_id'] == ARGV[6] and c['state'] == 'awaiting' then
-    waiting = true
-  end
-end
--- A question asked while the parent still ran found nothing parked to wake: unread in the
--- inbox, it wakes the parent now rather than after every sibling reported.
-if asked and redis.call('LLEN', KEYS[10]) > 0 then waiting = false end
-if stop or not waiting or redis.call('LLEN', KEYS[9]) > 0 then
-  redis.call('XADD', KEYS[7], '*', 'job', ARGV[4])
-  return 2
-end
-redis.call('SET', KEYS[6], ARGV[4], 'EX', ARGV[3])
-return 1
-"""
-
-
 class SubagentRegistry:
     """Creates children, moves them through their lifecycle, and stops whole trees."""
 
     def __init__(self, redis: aioredis.Redis, keys: BotKeys | None = None) -> None:
         self._redis = redis
         self._keys = keys or BotKeys()
-        self._dispatch = redis.register_script(_DISPATCH)
-        self._move = redis.register_script(_MOVE.replace("@TTL@", str(TURN_KEY_TTL_S)))
-        self._park = redis.register_script(_PARK)
+        self._dispatch = register_lua(redis, "bot.control", "subagents_dispatch")
+        self._move = register_lua(redis, "bot.control", "subagents_move", INBOX_TTL=TURN_KEY_TTL_S)
+        self._park = register_lua(redis, "bot.control", "subagents_park")
         self._followups = Followups(redis, self._keys)
 
     async def dispatch(
@@ -302,7 +211,7 @@ class SubagentRegistry:
     async def park(
         self, job: TurnJob, token: int, suspended_turn: str, registry_of: str, waiting_for: str
     ) -> int:
-        """Park `job`, the continuation of a turn that ended to wait (see `_PARK`).
+        """Park `job`, the continuation of a turn that ended to wait (`lua/subagents_park.lua`).
 
         Args:
             job: The continuation.
