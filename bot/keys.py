@@ -7,10 +7,39 @@ keys share a Redis Cluster slot); this module adds the ingress and queue names a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from agent_core import Keys
 
-__all__ = ["BotKeys"]
+__all__ = ["BotKeys", "BotSessionKey"]
+
+
+class BotSessionKey(StrEnum):
+    """What follows a session's prefix in each of `bot`'s keys of a session.
+
+    The same rule as `agent_core.keys.SessionKey`: `BotKeys` builds its names from these, and
+    the submit script (`bot.intake.queue`) gets them substituted into its text. Each member's
+    key is described on the `BotKeys` method of the same name.
+    """
+
+    OPEN_TURNS = ":open-turns"
+    LIVE_TURN = ":live"
+    FOLLOWUPS = ":followups"
+    FENCE = ":fence"
+    LEASE_FREE = ":lease-free"
+    CARD = ":card"
+    SETTLE = ":settle:"
+    USAGE = ":usage"
+    AUDIT = ":audit"
+    STOPPED_AT = ":stopped-at"
+    INBOX = ":inbox"
+    APPROVAL_PRESSES = ":approval-presses"
+    AWAITING = ":awaiting"
+    PARTICIPANTS = ":participants"
+    FIRST_APPROVALS = ":first-approvals"
+    CHILDREN = ":children"
+    TREE_STOPPED = ":tree-stopped"
+    PARKED = ":parked:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,29 +78,29 @@ class BotKeys:
 
     def open_turns(self, session_id: str) -> str:
         """Set of the session's turns that are queued or running (not settled)."""
-        return f"{self.session.session_prefix(session_id)}:open-turns"
+        return self.session.key(session_id, BotSessionKey.OPEN_TURNS)
 
     def live_turn(self, session_id: str) -> str:
         """The session's lease: `<fencing token>|<worker>|<turn>`, expiring unless renewed.
 
         Its existence is what the ingress reads as "a turn is live" (replies then steer).
         """
-        return f"{self.session.session_prefix(session_id)}:live"
+        return self.session.key(session_id, BotSessionKey.LIVE_TURN)
 
     def followups(self, session_id: str) -> str:
         """Set of turns a chain created itself (redirects, remedies).
 
         They are never in the stream, so the reaper settles them when their worker is gone.
         """
-        return f"{self.session.session_prefix(session_id)}:followups"
+        return self.session.key(session_id, BotSessionKey.FOLLOWUPS)
 
     def fence(self, session_id: str) -> str:
         """Counter of the session's fencing tokens: every lease taken gets a larger one."""
-        return f"{self.session.session_prefix(session_id)}:fence"
+        return self.session.key(session_id, BotSessionKey.FENCE)
 
     def lease_free(self, session_id: str) -> str:
         """List rung when the session's lease is released (a waiting worker blocks on it)."""
-        return f"{self.session.session_prefix(session_id)}:lease-free"
+        return self.session.key(session_id, BotSessionKey.LEASE_FREE)
 
     @property
     def killswitch(self) -> str:
@@ -95,15 +124,15 @@ class BotKeys:
 
     def card(self, session_id: str) -> str:
         """Hash of the session's progress card: where it is, its latest state, who may write."""
-        return f"{self.session.session_prefix(session_id)}:card"
+        return self.session.key(session_id, BotSessionKey.CARD)
 
     def settle(self, session_id: str, turn_id: str) -> str:
         """The durable settle record of one claimed turn (written once)."""
-        return f"{self.session.session_prefix(session_id)}:settle:{turn_id}"
+        return self.session.key(session_id, BotSessionKey.SETTLE, turn_id)
 
     def usage(self, session_id: str) -> str:
         """Hash of the session's booked token usage (all turns, steered ones included)."""
-        return f"{self.session.session_prefix(session_id)}:usage"
+        return self.session.key(session_id, BotSessionKey.USAGE)
 
     def book(self, name: str) -> str:
         """A book (stream): `settles`, `automation`, `no-final-reply`, `remedies`."""
@@ -111,7 +140,7 @@ class BotKeys:
 
     def audit(self, session_id: str) -> str:
         """Stream of the session's audit trail, one JSON `bot.state.audit.AuditEvent` per entry."""
-        return f"{self.session.session_prefix(session_id)}:audit"
+        return self.session.key(session_id, BotSessionKey.AUDIT)
 
     def run(self, turn_id: str) -> str:
         """The session of the analysis `turn_id` starts (`bot.state.runs`: the replay index)."""
@@ -119,18 +148,18 @@ class BotKeys:
 
     def stopped_at(self, session_id: str) -> str:
         """Platform time of the session's latest stop: requests sent before it never start."""
-        return f"{self.session.session_prefix(session_id)}:stopped-at"
+        return self.session.key(session_id, BotSessionKey.STOPPED_AT)
 
     def inbox(self, session_id: str) -> str:
         """Messages queued for the session's next turn (never cut a running one)."""
-        return f"{self.session.session_prefix(session_id)}:inbox"
+        return self.session.key(session_id, BotSessionKey.INBOX)
 
     def approval_presses(self, session_id: str) -> str:
         """Every approve or deny press accepted for the session, in order.
 
         The audit's copy; the decision itself is written by `bot.control.approval_desk`.
         """
-        return f"{self.session.session_prefix(session_id)}:approval-presses"
+        return self.session.key(session_id, BotSessionKey.APPROVAL_PRESSES)
 
     def awaiting(self, session_id: str) -> str:
         """The job that continues an analysis suspended for approvals.
@@ -138,7 +167,7 @@ class BotKeys:
         Queued on the turns stream once every request is decided, or at once by a redirect or
         a stop.
         """
-        return f"{self.session.session_prefix(session_id)}:awaiting"
+        return self.session.key(session_id, BotSessionKey.AWAITING)
 
     def participants(self, session_id: str) -> str:
         """Set of the people (qualified ids) whose request, redirect or answer reached the analysis.
@@ -146,23 +175,23 @@ class BotKeys:
         Written by the submit script that accepts the message, read by the approval desk: none
         of them may be a destructive call's second person.
         """
-        return f"{self.session.session_prefix(session_id)}:participants"
+        return self.session.key(session_id, BotSessionKey.PARTICIPANTS)
 
     def first_approvals(self, session_id: str) -> str:
         """Hash of call id → who approved first, for calls that need two approvers."""
-        return f"{self.session.session_prefix(session_id)}:first-approvals"
+        return self.session.key(session_id, BotSessionKey.FIRST_APPROVALS)
 
     def children(self, session_id: str) -> str:
         """Hash of the session's sub-agents, one JSON `ChildRecord` per child id."""
-        return f"{self.session.session_prefix(session_id)}:children"
+        return self.session.key(session_id, BotSessionKey.CHILDREN)
 
     def tree_stopped(self, session_id: str) -> str:
         """Set when the session's analysis was stopped: its sub-agents report no more."""
-        return f"{self.session.session_prefix(session_id)}:tree-stopped"
+        return self.session.key(session_id, BotSessionKey.TREE_STOPPED)
 
     def parked(self, session_id: str, turn_id: str) -> str:
         """Set once a turn that ended to wait parked its continuation (done once per turn)."""
-        return f"{self.session.session_prefix(session_id)}:parked:{turn_id}"
+        return self.session.key(session_id, BotSessionKey.PARKED, turn_id)
 
     @property
     def parents(self) -> str:

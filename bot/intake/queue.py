@@ -45,9 +45,11 @@ from agent_core import (
     UserMessage,
     dump_message,
 )
+from agent_core.keys import SessionKey
+from agent_core.lua import register_lua
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent
-from bot.keys import BotKeys
+from bot.keys import BotKeys, BotSessionKey
 from bot.state.turn_jobs import TurnJob, ensure_group, turn_id_for
 
 __all__ = [
@@ -63,123 +65,32 @@ __all__ = [
 DEDUPE_TTL_S = 24 * 3600
 """Dedupe markers live 24 h: Feishu redelivers up to 4 times over about 7 h."""
 
-# One round trip per event: read the session's state, pick the route the policy chose for that
-# state, dedupe, write, mark seen. Returns {status, route, result}: status 0 duplicate,
-# 1 written, 2 ignored.
-#
-# KEYS: the two dedupe markers, the turns stream, and the session's history key; the session's
-# other keys share its hash-tagged prefix and are derived here from that prefix with suffixes
-# taken from `BotKeys` (see `_submit_script`), so a call carries 12 arguments instead of 28 —
-# redis-py's command packing was the largest remaining cost of the webhook (bench/ingress.py).
-# ARGV: routes for the four states joined by '|' (unknown thread; known and idle; turns queued;
-# a turn live), the start job, the steer message, the event, the turn id a start creates, the
-# turn a stop button names, who stopped, the message's send time, and its author's qualified id.
-_SUBMIT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0, '', ''} end
-if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {0, '', ''} end
-local p = string.sub(KEYS[4], 1, -(string.len('@HISTORY@') + 1))
-local open_turns, bell = p .. '@OPEN@', p .. '@BELL@'
-local stopped_key = p .. '@STOPPED@'
-local state = 2
-if redis.call('EXISTS', p .. '@LIVE@') == 1 then state = 4
-elseif redis.call('SCARD', open_turns) > 0 then state = 3
-elseif redis.call('EXISTS', KEYS[4]) == 0 then state = 1 end
-local routes = {}
-for r in string.gmatch(ARGV[1] .. '|', '([^|]*)|') do table.insert(routes, r) end
-local route = routes[state]
-if route == '' then return {2, '', ''} end
-local keep, sent_at = @KEEP@, tonumber(ARGV[8])
-local result = ''
-local function took_part()
-  redis.call('SADD', p .. '@PARTICIPANTS@', ARGV[9])
-  redis.call('EXPIRE', p .. '@PARTICIPANTS@', @PARTICIPANTS_TTL@)
-end
--- An analysis suspended for approvals continues at once when redirected or stopped: its
--- waiting calls are answered "interrupted" by the continuation (already an open turn, so a
--- stop tombstones it and a steer joins it).
-local function wake_awaiting()
-  local job = redis.call('GET', p .. '@AWAITING@')
-  if job then
-    redis.call('XADD', KEYS[3], '*', 'job', job)
-    redis.call('DEL', p .. '@AWAITING@')
-  end
-end
-if route == 'start' then
-  local stopped_at = tonumber(redis.call('GET', stopped_key) or '0')
-  if sent_at > 0 and sent_at <= stopped_at then
-    result = 'stopped-before-start'
-  else
-    result = redis.call('XADD', KEYS[3], '*', 'job', ARGV[2])
-    redis.call('SADD', open_turns, ARGV[5])
-    redis.call('EXPIRE', open_turns, keep)
-    took_part()
-  end
-elseif route == 'steer' then
-  wake_awaiting()
-  took_part()
-  redis.call('RPUSH', p .. '@STEER@', ARGV[3])
-  redis.call('EXPIRE', p .. '@STEER@', keep)
-  redis.call('RPUSH', bell, 'steer')
-  redis.call('EXPIRE', bell, @BELL_TTL@)
-elseif route == 'stop' then
-  wake_awaiting()
-  if sent_at > tonumber(redis.call('GET', stopped_key) or '0') then
-    redis.call('SET', stopped_key, ARGV[8], 'EX', keep)
-  end
-  local turns = redis.call('SMEMBERS', open_turns)
-  if ARGV[6] ~= '' and redis.call('SISMEMBER', open_turns, ARGV[6]) == 0 then
-    table.insert(turns, ARGV[6])
-  end
-  for _, turn in ipairs(turns) do
-    redis.call('SET', p .. '@TOMB@' .. turn, ARGV[7], 'EX', keep)
-    redis.call('RPUSH', bell, 'stop:' .. turn)
-  end
-  redis.call('EXPIRE', bell, @BELL_TTL@)
-  result = tostring(#turns)
-elseif route == 'queue' or route == 'approve' then
-  local key = p .. (route == 'queue' and '@INBOX@' or '@APPROVALS@')
-  redis.call('RPUSH', key, ARGV[4])
-  redis.call('EXPIRE', key, keep)
-  if route == 'queue' then took_part() end
-elseif route ~= 'killswitch' then
-  return redis.error_reply('unknown route ' .. route)
-end
-redis.call('SET', KEYS[1], '1', 'EX', @DEDUPE_TTL@)
-redis.call('SET', KEYS[2], '1', 'EX', @DEDUPE_TTL@)
-return {1, route, result}
-"""
 
+def _submit_values() -> dict[str, object]:
+    """The submit script's placeholders (`lua/queue_submit.lua`).
 
-def _submit_script(keys: BotKeys) -> str:
-    """The submit script with the session key suffixes and TTLs of this deployment."""
-    probe = "s"
-    prefix = keys.session.session_prefix(probe)
-
-    def suffix(name: str) -> str:
-        assert name.startswith(prefix)
-        return name[len(prefix) :]
-
-    values = {
-        "@HISTORY@": suffix(keys.session.history(probe)),
-        "@OPEN@": suffix(keys.open_turns(probe)),
-        "@BELL@": suffix(keys.session.bell(probe)),
-        "@STOPPED@": suffix(keys.stopped_at(probe)),
-        "@LIVE@": suffix(keys.live_turn(probe)),
-        "@STEER@": suffix(keys.session.steers(probe)),
-        "@TOMB@": suffix(keys.session.tombstone(probe, "")),
-        "@INBOX@": suffix(keys.inbox(probe)),
-        "@APPROVALS@": suffix(keys.approval_presses(probe)),
-        "@AWAITING@": suffix(keys.awaiting(probe)),
-        "@PARTICIPANTS@": suffix(keys.participants(probe)),
-        "@PARTICIPANTS_TTL@": str(TURN_KEY_TTL_S),
-        "@KEEP@": str(TOMBSTONE_TTL_S),
-        "@BELL_TTL@": str(BELL_TTL_S),
-        "@DEDUPE_TTL@": str(DEDUPE_TTL_S),
+    The session key layout and the TTLs, each from its one definition.
+    """
+    layout = (
+        SessionKey.HISTORY,
+        SessionKey.BELL,
+        SessionKey.STEERS,
+        SessionKey.TOMBSTONE,
+        BotSessionKey.OPEN_TURNS,
+        BotSessionKey.STOPPED_AT,
+        BotSessionKey.LIVE_TURN,
+        BotSessionKey.INBOX,
+        BotSessionKey.APPROVAL_PRESSES,
+        BotSessionKey.AWAITING,
+        BotSessionKey.PARTICIPANTS,
+    )
+    return {
+        **{name.name: name.value for name in layout},
+        "PARTICIPANTS_TTL": TURN_KEY_TTL_S,
+        "KEEP": TOMBSTONE_TTL_S,
+        "BELL_TTL": BELL_TTL_S,
+        "DEDUPE_TTL": DEDUPE_TTL_S,
     }
-    script = _SUBMIT
-    for placeholder, value in values.items():
-        script = script.replace(placeholder, value)
-    return script
 
 
 class Route(StrEnum):
@@ -217,7 +128,7 @@ class Queue:
     def __init__(self, redis: aioredis.Redis, keys: BotKeys | None = None) -> None:
         self._redis = redis
         self._keys = keys or BotKeys()
-        self._submit = redis.register_script(_submit_script(self._keys))
+        self._submit = register_lua(redis, "bot.intake", "queue_submit", **_submit_values())
 
     @property
     def keys(self) -> BotKeys:
@@ -262,7 +173,7 @@ class Queue:
         keys = [
             *self._markers(event),
             k.turns_stream,
-            k.session.history(session),
+            k.session.session_prefix(session),
         ]
         used = set(routes)
         args: list[str | int] = [

@@ -1,0 +1,88 @@
+-- Writes one accepted event (bot.intake.queue), in one round trip: reads the session's state,
+-- picks the route the policy chose for that state, dedupes, writes, marks seen.
+-- Returns {status, route, result}: status 0 duplicate, 1 written, 2 ignored.
+--
+-- KEYS: the two dedupe markers, the turns stream, and the session's key prefix (its hash tag
+-- routes the call). The session's keys are that prefix followed by the suffixes of
+-- `agent_core.keys.SessionKey` and `bot.keys.BotSessionKey`, substituted here as `@NAME@` by
+-- the loader from those enums (the one definition `Keys`/`BotKeys` build their names from), so
+-- a call carries 13 arguments rather than one more per key it touches: redis-py's command
+-- packing was the largest remaining cost of the webhook (bench/ingress.py).
+-- ARGV: routes for the four states joined by '|' (unknown thread; known and idle; turns
+-- queued; a turn live), the start job, the steer message, the event, the turn id a start
+-- creates, the turn a stop button names, who stopped, the message's send time, and its
+-- author's qualified id.
+--! keys: seen_event seen_message turns_stream session.session_prefix
+--! cross-slot: the dedupe markers and the turns stream are global keys
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, '', ''} end
+if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {0, '', ''} end
+local p = KEYS[4]
+local open_turns, bell = p .. '@OPEN_TURNS@', p .. '@BELL@'
+local stopped_key = p .. '@STOPPED_AT@'
+local state = 2
+if redis.call('EXISTS', p .. '@LIVE_TURN@') == 1 then state = 4
+elseif redis.call('SCARD', open_turns) > 0 then state = 3
+elseif redis.call('EXISTS', p .. '@HISTORY@') == 0 then state = 1 end
+local routes = {}
+for r in string.gmatch(ARGV[1] .. '|', '([^|]*)|') do table.insert(routes, r) end
+local route = routes[state]
+if route == '' then return {2, '', ''} end
+local keep, sent_at = @KEEP@, tonumber(ARGV[8])
+local result = ''
+local function took_part()
+  redis.call('SADD', p .. '@PARTICIPANTS@', ARGV[9])
+  redis.call('EXPIRE', p .. '@PARTICIPANTS@', @PARTICIPANTS_TTL@)
+end
+-- An analysis suspended for approvals continues at once when redirected or stopped: its
+-- waiting calls are answered "interrupted" by the continuation (already an open turn, so a
+-- stop tombstones it and a steer joins it).
+local function wake_awaiting()
+  local job = redis.call('GET', p .. '@AWAITING@')
+  if job then
+    redis.call('XADD', KEYS[3], '*', 'job', job)
+    redis.call('DEL', p .. '@AWAITING@')
+  end
+end
+if route == 'start' then
+  local stopped_at = tonumber(redis.call('GET', stopped_key) or '0')
+  if sent_at > 0 and sent_at <= stopped_at then
+    result = 'stopped-before-start'
+  else
+    result = redis.call('XADD', KEYS[3], '*', 'job', ARGV[2])
+    redis.call('SADD', open_turns, ARGV[5])
+    redis.call('EXPIRE', open_turns, keep)
+    took_part()
+  end
+elseif route == 'steer' then
+  wake_awaiting()
+  took_part()
+  redis.call('RPUSH', p .. '@STEERS@', ARGV[3])
+  redis.call('EXPIRE', p .. '@STEERS@', keep)
+  redis.call('RPUSH', bell, 'steer')
+  redis.call('EXPIRE', bell, @BELL_TTL@)
+elseif route == 'stop' then
+  wake_awaiting()
+  if sent_at > tonumber(redis.call('GET', stopped_key) or '0') then
+    redis.call('SET', stopped_key, ARGV[8], 'EX', keep)
+  end
+  local turns = redis.call('SMEMBERS', open_turns)
+  if ARGV[6] ~= '' and redis.call('SISMEMBER', open_turns, ARGV[6]) == 0 then
+    table.insert(turns, ARGV[6])
+  end
+  for _, turn in ipairs(turns) do
+    redis.call('SET', p .. '@TOMBSTONE@' .. turn, ARGV[7], 'EX', keep)
+    redis.call('RPUSH', bell, 'stop:' .. turn)
+  end
+  redis.call('EXPIRE', bell, @BELL_TTL@)
+  result = tostring(#turns)
+elseif route == 'queue' or route == 'approve' then
+  local key = p .. (route == 'queue' and '@INBOX@' or '@APPROVAL_PRESSES@')
+  redis.call('RPUSH', key, ARGV[4])
+  redis.call('EXPIRE', key, keep)
+  if route == 'queue' then took_part() end
+elseif route ~= 'killswitch' then
+  return redis.error_reply('unknown route ' .. route)
+end
+redis.call('SET', KEYS[1], '1', 'EX', @DEDUPE_TTL@)
+redis.call('SET', KEYS[2], '1', 'EX', @DEDUPE_TTL@)
+return {1, route, result}
