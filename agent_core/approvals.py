@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 
 from agent_core.errors import StoreError
 from agent_core.keys import Keys
+from agent_core.lua import register_lua
 from agent_core.messages import AssistantMessage, ToolCall, ToolMessage, ToolStatus, load_message
 from agent_core.store import Fence, map_redis_errors
 from agent_core.tools.base import Risk
@@ -185,36 +186,6 @@ class SuspendedBatch:
     """The gated calls' records, by call id."""
 
 
-# Claims a suspended batch for the turn that closes it, in one step, so no decision lands
-# after the claim (the desk's script refuses once `closing` is set): every request of the
-# batch still pending is decided `ARGV[3]` by `ARGV[4]`. Fenced like a history write.
-# KEYS: approvals hash, closing, fence key (any key when unfenced), continuation.
-# ARGV: fencing token ('' when unfenced), suspended turn, verdict, who, now, claiming turn, ttl.
-_CLAIM = """
-if ARGV[1] ~= '' then
-  local held = redis.call('GET', KEYS[3])
-  if not held or string.sub(held, 1, string.len(ARGV[1]) + 1) ~= ARGV[1] .. '|' then
-    return {0, {}, ''}
-  end
-end
-redis.call('SET', KEYS[2], ARGV[6], 'EX', ARGV[7])
-local records = {}
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local a = cjson.decode(all[i + 1])
-  if a['turn_id'] == ARGV[2] then
-    if a['verdict'] == 'pending' then
-      a['verdict'] = ARGV[3]
-      a['decided_by'] = ARGV[4]
-      a['decided_at'] = tonumber(ARGV[5])
-      redis.call('HSET', KEYS[1], all[i], cjson.encode(a))
-    end
-    table.insert(records, cjson.encode(a))
-  end
-end
-return {1, records, redis.call('GET', KEYS[4]) or ''}
-"""
-
 CLAIM_TTL_S = 7 * 24 * 3600
 """How long a claim outlives a worker that died before closing the batch (its re-run
 closes it; the claim only keeps late presses out)."""
@@ -226,7 +197,7 @@ class ApprovalBook:
     def __init__(self, redis: aioredis.Redis, keys: Keys | None = None) -> None:
         self._redis = redis
         self._keys = keys or Keys()
-        self._claim = redis.register_script(_CLAIM)
+        self._claim = register_lua(redis, "agent_core", "approvals_claim")
 
     async def claim(
         self,

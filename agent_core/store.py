@@ -22,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_core.errors import StoreError
 from agent_core.keys import Keys
+from agent_core.lua import register_lua
 from agent_core.messages import (
     AssistantMessage,
     Message,
@@ -37,30 +38,6 @@ TURN_KEY_TTL_S = 7 * 24 * 3600
 """How long per-turn bookkeeping (begun marker, journal) is kept."""
 FENCED_WRITE_ATTEMPTS = 5
 """A fenced write whose WATCH saw the key change (a heartbeat) is checked and tried again."""
-
-# Starts a turn in one round trip: refuses a tombstoned turn, appends the turn's inputs once
-# (a re-run of the same turn id does not append them again), moves every queued steer into the
-# history in arrival order, and returns the history. It also empties the session's bell: any
-# ring so far is answered by this very script (the tombstone it checks, the steers it absorbs),
-# and a stale steer ring would otherwise cancel the new turn's tools. A drain request is for the
-# run that was live when it was made: a resumed run of the same turn starts without it.
-_BEGIN_TURN = """
-if ARGV[2] ~= '' then
-  local held = redis.call('GET', KEYS[7])
-  if not held or string.sub(held, 1, string.len(ARGV[2]) + 1) ~= ARGV[2] .. '|' then
-    return {2, {}, 0}
-  end
-end
-redis.call('DEL', KEYS[5], KEYS[6])
-if redis.call('EXISTS', KEYS[1]) == 1 then return {1, {}, 0} end
-if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
-  for i = 3, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
-end
-local steers = redis.call('LRANGE', KEYS[4], 0, -1)
-for _, item in ipairs(steers) do redis.call('RPUSH', KEYS[3], item) end
-if #steers > 0 then redis.call('DEL', KEYS[4]) end
-return {0, redis.call('LRANGE', KEYS[3], 0, -1), #steers}
-"""
 
 
 @contextmanager
@@ -108,7 +85,7 @@ class HistoryStore:
     def __init__(self, redis: aioredis.Redis, keys: Keys | None = None) -> None:
         self._redis = redis
         self._keys = keys or Keys()
-        self._begin = redis.register_script(_BEGIN_TURN)
+        self._begin = register_lua(redis, "agent_core", "store_begin_turn")
 
     async def begin_turn(
         self,
