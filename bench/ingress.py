@@ -400,6 +400,13 @@ async def wait_ready(session: aiohttp.ClientSession, server: Server, timeout_s: 
         await asyncio.sleep(0.05)
 
 
+async def _all_ready(servers: dict[str, Server]) -> None:
+    """Wait until every server answers `GET /healthz`."""
+    async with aiohttp.ClientSession() as session:
+        for server in servers.values():
+            await wait_ready(session, server, timeout_s=60)
+
+
 @dataclass(frozen=True)
 class Options:
     """What one run measures, from the command line."""
@@ -679,12 +686,13 @@ def _bench(opts: Options) -> int:
     cpus = _split_cpus(opts.pin)
     started = time.perf_counter()
     with processes(opts.targets, opts.profile) as (redis_pid, redis_port, servers):
-        for server in servers.values():
-            _pin(server.proc.pid, cpus[0])
-        _pin(redis_pid, cpus[1])
-        _pin(os.getpid(), cpus[1])
         console.print(environment(opts, cpus), highlight=False)
         with asyncio.Runner(loop_factory=_client_loop_factory()) as runner:
+            runner.run(_all_ready(servers))  # unpinned: the servers start up on every CPU
+            for server in servers.values():
+                _pin(server.proc.pid, cpus[0])
+            _pin(redis_pid, cpus[1])
+            _pin(os.getpid(), cpus[1])
             stats = runner.run(bench(servers, redis_pid, redis_port, opts, console))
     console.print()
     console.print(table(stats, opts))
