@@ -83,7 +83,11 @@ class Followups:
                 args=[lease.token, job.turn_id, job.model_dump_json()],
             )
         if not queued:
-            raise LeaseLost(f"hand-over of {job.turn_id} fenced (token {lease.token} is stale)")
+            raise LeaseLost(
+                f"hand-over fenced (token {lease.token} is stale)",
+                session_id=job.session_id,
+                turn_id=job.turn_id,
+            )
 
     async def await_decisions(self, job: TurnJob, lease: Lease, suspended_turn: str) -> None:
         """Open `job`, the continuation of an analysis suspended for approvals; park its job.
@@ -117,7 +121,11 @@ class Followups:
                 ],
             )
         if not parked:
-            raise LeaseLost(f"awaiting {job.turn_id} fenced (token {lease.token} is stale)")
+            raise LeaseLost(
+                f"awaiting fenced (token {lease.token} is stale)",
+                session_id=job.session_id,
+                turn_id=job.turn_id,
+            )
 
     async def stop_waiting(self, session_id: str, by: str) -> list[str]:
         """Stop the session's analysis that waits holding no lease; the turns tombstoned."""

@@ -26,6 +26,7 @@ from agent_core.errors import StoreError
 from agent_core.interrupts import WATCH_BLOCK_S, checkpoint
 from agent_core.lua import register_lua
 from agent_core.store import map_redis_errors
+from bot.errors import LeaseLost
 from bot.keys import BotKeys
 
 __all__ = ["Lease", "LeaseLost", "Leases"]
@@ -33,10 +34,6 @@ __all__ = ["Lease", "LeaseLost", "Leases"]
 log = logging.getLogger(__name__)
 
 FREE_RING_TTL_S = 60
-
-
-class LeaseLost(Exception):
-    """The lease expired or was taken over: the holder must stop writing for the session."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +94,7 @@ class Leases:
                 args=[lease.token, self._ttl_ms, lease.session_id, turn_id],
             )
         if not ok:
-            raise LeaseLost(f"lease of {lease.session_id} (token {lease.token}) is gone")
+            raise LeaseLost(f"lease (token {lease.token}) is gone", session_id=lease.session_id)
 
     async def release(self, lease: Lease) -> bool:
         """Give the lease up if it is still ours; idempotent. True when it was released."""
@@ -131,7 +128,9 @@ class Leases:
                 renewed = time.monotonic()
             except StoreError as exc:
                 if time.monotonic() - renewed >= self.ttl_s:
-                    raise LeaseLost(f"lease of {lease.session_id} not renewed: {exc}") from exc
+                    raise LeaseLost(
+                        f"lease not renewed: {exc}", session_id=lease.session_id
+                    ) from exc
                 log.warning("lease renewal failed (%s); retrying", exc)
                 await asyncio.sleep(min(interval, 0.2))
 
