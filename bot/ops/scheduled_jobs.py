@@ -49,7 +49,7 @@ from agent_core import map_redis_errors
 from bot.errors import BotConfigError
 from bot.events import AuthorKind, ChatEvent, Platform
 from bot.intake.queue import DEDUPE_TTL_S, Queue
-from bot.intake.routing import route_event
+from bot.intake.routing import RoutingOutcome, route_event
 from bot.keys import BotKeys
 from bot.publishing.platform import PlatformRejected
 from bot.settings import Settings
@@ -347,7 +347,7 @@ class ScheduledJobs:
             tools=job.tools,
         )
         outcome = await route_event(self._queue, event)
-        return "started" if outcome == "start" else outcome
+        return "started" if outcome is RoutingOutcome.START else outcome.value
 
 
 def scheduled_jobs_from(
