@@ -93,7 +93,7 @@ async def measure(turns: int, tool_s: float, redis_url: str) -> float:
         await asyncio.sleep(tool_s)
         for n in range(turns):
             service.release(f"t{n}")
-        reasons = [(await deployment.next_settle(60)).reason for _ in range(2 * turns)]
+        reasons = await _settles(deployment, 2 * turns)
         elapsed = time.monotonic() - started
         cards = [len(cards_in(slack, t)) for t in threads]
         if sorted(reasons) != ["completed"] * turns + ["drained"] * turns or set(cards) != {1}:
@@ -106,6 +106,24 @@ async def measure(turns: int, tool_s: float, redis_url: str) -> float:
         llm.stop()
         slack.stop()
         feishu.stop()
+
+
+async def _settles(deployment: Deployment, count: int) -> list[str]:
+    """The reasons of the next `count` settles (each within 60 s).
+
+    Raises:
+        FigureError: Fewer settled: an analysis ended otherwise than drained and completed.
+    """
+    reasons: list[str] = []
+    try:
+        for _ in range(count):
+            reasons.append((await deployment.next_settle(60)).reason)
+    except TimeoutError:
+        raise FigureError(
+            f"{len(reasons)} of {count} settles within 60 s each: {sorted(reasons)} (each "
+            "analysis should settle once drained and once completed)"
+        ) from None
+    return reasons
 
 
 async def measure_idle(redis_url: str, rounds: int) -> list[float]:
