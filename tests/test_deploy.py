@@ -52,6 +52,7 @@ DOCKERIGNORE = DEPLOY / "Dockerfile.dockerignore"
 COMPOSE = DEPLOY / "docker-compose.yml"
 CHART = DEPLOY / "helm" / "chatops"
 ADAPTERS = ROOT / "bot" / "adapters"
+SLACK_ADAPTER = ADAPTERS / "slack"
 SLACK_CALL = re.compile(
     r"\b(chat_postMessage|chat_update|assistant_threads_\w+|users_\w+|conversations_\w+)\("
 )
@@ -797,6 +798,6 @@ def test_the_slack_manifest_grants_what_the_bot_calls_and_routes_to_the_ingress(
     assert settings["interactivity"]["is_enabled"]
     assert settings["interactivity"]["request_url"] == events_url
     called = {
-        m for path in ADAPTERS.glob("slack*.py") for m in SLACK_CALL.findall(path.read_text())
+        m for path in SLACK_ADAPTER.glob("*.py") for m in SLACK_CALL.findall(path.read_text())
     }
     assert called == {"chat_postMessage", "chat_update", "assistant_threads_setStatus"}

@@ -46,7 +46,7 @@ from agent_core.lua import register_lua
 from bot.events import ChatEvent, is_unattended, person_of
 from bot.keys import BotKeys
 from bot.people import People
-from bot.policy.steer import Action, Role, approvals_needed, may
+from bot.policy.authority import Action, Role, approvals_needed, may
 from bot.state.audit import AuditEvent, AuditLog
 
 __all__ = ["ApprovalDesk", "Press", "PressOutcome", "approval_button_value", "parse_button_value"]

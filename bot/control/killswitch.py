@@ -35,8 +35,8 @@ from bot.control.subagents import SubagentRegistry
 from bot.events import ChatEvent
 from bot.keys import BotKeys
 from bot.people import People
+from bot.policy.authority import Action, Role, may
 from bot.policy.control_phrases import KILL_SWITCH_INTENTS, ControlIntent, parse_control
-from bot.policy.steer import Action, Role, may
 from bot.state.audit import AuditEvent, AuditLog
 from bot.state.followups import Followups
 

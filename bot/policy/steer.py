@@ -19,8 +19,6 @@ product, so an enum member added without a row fails. The principles the rows en
 
 Who may do what is a second table, `AUTHORITY` in `bot.policy.authority`; `authorize` here checks
 a decision against it at ingress (`required_action`: which decisions need authority at all).
-`Action`, `Role`, `approvals_needed` and `may` are re-exported for the modules that still import
-them from here; new code imports them from `bot.policy.authority`.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from types import MappingProxyType
 from typing import Final, NamedTuple, TypeVar
 
 from bot.events import AuthorKind, ChatEvent, EventKind
-from bot.policy.authority import AUTHORITY, Action, Role, approvals_needed, may
+from bot.policy.authority import AUTHORITY, Action, Role, may
 from bot.policy.control_phrases import (
     KILL_SWITCH_INTENTS,
     ControlCommand,
@@ -44,22 +42,18 @@ from bot.policy.control_phrases import (
 __all__ = [
     "POLICY",
     "RULES",
-    "Action",
     "Decision",
     "Marker",
     "PolicyKey",
-    "Role",
     "Rule",
     "RunState",
     "ThreadRelation",
     "Verdict",
-    "approvals_needed",
     "authorize",
     "classify",
     "decide",
     "expand",
     "marker_of",
-    "may",
     "parse_rules",
     "required_action",
 ]
