@@ -27,14 +27,14 @@ The order of the passes matters, and each one relies on the ones before it:
 
 from __future__ import annotations
 
-import hashlib
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from agent_core.history import validate_history
 from agent_core.messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolStatus
+from agent_core.repair_ids import Renamer, all_ids, call_ids, rename_empty_block
 
 __all__ = [
     "INTERRUPTED_RESULT",
@@ -116,7 +116,7 @@ def rename_empty_ids(messages: list[Message]) -> Fix:
     for index, message in enumerate(messages):
         if isinstance(message, AssistantMessage) and not all(c.id for c in message.tool_calls):
             out = list(messages) if out is None else out
-            _rename_empty_block(out, index, message, notes)
+            rename_empty_block(out, index, message, notes)
     return Fix(messages) if out is None else Fix(out, tuple(notes))
 
 
@@ -128,7 +128,7 @@ def rename_duplicate_ids(messages: list[Message]) -> Fix:
     id answers the occurrence in its own tool block (the k-th such result the k-th occurrence);
     outside that, the latest occurrence before it.
     """
-    renamer = _Renamer(_all_ids(messages))
+    renamer = Renamer(all_ids(messages))
     out = [renamer.visit(index, message) for index, message in enumerate(messages)]
     return Fix(out, tuple(renamer.notes)) if renamer.notes else Fix(messages)
 
@@ -175,7 +175,7 @@ def drop_orphan_results(messages: list[Message]) -> Fix:
     open_ids: Counter[str] = Counter()
     for index, message in enumerate(messages):
         if not isinstance(message, ToolMessage):
-            calls = _call_ids(message)
+            calls = call_ids(message)
             open_ids = Counter(calls)
             kept.append(message)
         elif open_ids[message.call_id] > 0:
@@ -243,110 +243,6 @@ def repair_history(messages: Sequence[Message]) -> RepairReport:
     return RepairReport(current, tuple(changes))
 
 
-def _stable_id(position: int, call: ToolCall) -> str:
-    digest = hashlib.sha256(f"{position}\0{call.name}\0{call.arguments}".encode()).hexdigest()
-    return f"call_repaired_{digest[:16]}"
-
-
-def _rename_empty_block(
-    out: list[Message], index: int, message: AssistantMessage, notes: list[str]
-) -> None:
-    """Rename the empty call ids of `message` (at `index` in `out`) and their answers, in `out`."""
-    calls: list[ToolCall] = []
-    unpaired: list[ToolCall] = []
-    for position, call in enumerate(message.tool_calls):
-        if not call.id:
-            call = call.model_copy(update={"id": _stable_id(position, call)})
-            unpaired.append(call)
-            notes.append(f"messages[{index}]: empty id of call {call.name!r} set to {call.id!r}")
-        calls.append(call)
-    out[index] = message.model_copy(update={"tool_calls": tuple(calls)})
-    cursor = index + 1
-    while cursor < len(out) and isinstance(answer := out[cursor], ToolMessage):
-        if not answer.call_id and unpaired:
-            paired = _take(unpaired, answer.name)
-            out[cursor] = answer.model_copy(update={"call_id": paired.id})
-            notes.append(f"messages[{cursor}]: empty call id of result set to {paired.id!r}")
-        cursor += 1
-
-
-def _take(calls: list[ToolCall], name: str) -> ToolCall:
-    """Remove and return the first call named `name`, else the first call."""
-    position = next((i for i, call in enumerate(calls) if call.name == name), 0)
-    return calls.pop(position)
-
-
-def _all_ids(messages: list[Message]) -> set[str]:
-    ids: set[str] = set()
-    for message in messages:
-        if isinstance(message, ToolMessage):
-            ids.add(message.call_id)
-        else:
-            ids.update(_call_ids(message))
-    return ids
-
-
-def _call_ids(message: Message) -> list[str]:
-    if isinstance(message, AssistantMessage):
-        return [call.id for call in message.tool_calls]
-    return []
-
-
-class _Renamer:
-    """State of one `rename_duplicate_ids` walk over a history."""
-
-    def __init__(self, taken: set[str]) -> None:
-        self.taken = taken
-        """Every id in the history plus every id minted so far: a fresh id avoids all of them."""
-        self.seen: set[str] = set()
-        self.latest: dict[str, str] = {}
-        """Original id -> id given to its latest occurrence."""
-        self.block: dict[str, deque[str]] = {}
-        """Original id -> ids of its occurrences in the current tool block, not yet answered."""
-        self.suffixes: dict[str, int] = {}
-        self.notes: list[str] = []
-
-    def visit(self, index: int, message: Message) -> Message:
-        if isinstance(message, ToolMessage):
-            return self._answer(index, message)
-        self.block = {}
-        if not isinstance(message, AssistantMessage) or not message.tool_calls:
-            return message
-        calls = tuple(self._call(index, call) for call in message.tool_calls)
-        if all(new is old for new, old in zip(calls, message.tool_calls, strict=True)):
-            return message
-        return message.model_copy(update={"tool_calls": calls})
-
-    def _call(self, index: int, call: ToolCall) -> ToolCall:
-        new_id = self._fresh(call.id) if call.id and call.id in self.seen else call.id
-        self.seen.add(new_id)
-        self.latest[call.id] = new_id
-        self.block.setdefault(call.id, deque()).append(new_id)
-        if new_id == call.id:
-            return call
-        self.notes.append(f"messages[{index}]: duplicate call id {call.id!r} renamed {new_id!r}")
-        return call.model_copy(update={"id": new_id})
-
-    def _answer(self, index: int, message: ToolMessage) -> ToolMessage:
-        pending = self.block.get(message.call_id)
-        new_id = pending.popleft() if pending else self.latest.get(message.call_id)
-        if new_id is None or new_id == message.call_id:
-            return message
-        self.notes.append(f"messages[{index}]: result for {message.call_id!r} renamed {new_id!r}")
-        return message.model_copy(update={"call_id": new_id})
-
-    def _fresh(self, base: str) -> str:
-        suffix = self.suffixes.get(base, 1)
-        while True:
-            suffix += 1
-            candidate = f"{base}~{suffix}"
-            if candidate not in self.taken:
-                break
-        self.suffixes[base] = suffix
-        self.taken.add(candidate)
-        return candidate
-
-
 def _block_owners(messages: list[Message]) -> list[int | None]:
     """Per message: for a result, the index of the assistant message its tool block follows."""
     owners: list[int | None] = []
@@ -364,7 +260,7 @@ def _displaced(messages: list[Message]) -> dict[int, list[tuple[int, ToolMessage
     """Assistant index -> the displaced results (with their index) to move after its block."""
     sites: dict[str, tuple[int, int]] = {}
     for index, message in enumerate(messages):
-        for position, call_id in enumerate(_call_ids(message)):
+        for position, call_id in enumerate(call_ids(message)):
             sites.setdefault(call_id, (index, position))
     owners = _block_owners(messages)
     results = [(i, m) for i, m in enumerate(messages) if isinstance(m, ToolMessage)]
