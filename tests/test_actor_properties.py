@@ -40,7 +40,7 @@ from agent_core import (
 )
 from agent_core.messages import ToolCall
 from agent_core.testing import ScriptedModel, text
-from bot.analysis.actor import Actor, ActorOptions
+from bot.analysis.actor import ActorOptions
 from bot.events import ChatEvent, Platform
 from bot.keys import BotKeys
 from bot.ops.reaper import Reaper
@@ -55,6 +55,7 @@ from bot.publishing.platform import (
 from bot.state.lease import LeaseLost, Leases
 from bot.state.settle import Book, SettleWriter
 from bot.state.turn_jobs import TurnJob, turn_id_for
+from bot.worker.assembly import build_actor
 from cards.model import ProgressCard
 
 KEYS = BotKeys()
@@ -196,7 +197,7 @@ async def _scenario(url: str, drawn: list[Any], faults: list[str | None]) -> dic
     options = ActorOptions(
         max_turns=8, publisher=PublisherOptions(min_interval_s=0, retry_s=0, final_timeout_s=2)
     )
-    actor = Actor(
+    actor = build_actor(
         runtime=runtime,
         redis=redis,
         keys=KEYS,

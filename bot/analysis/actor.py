@@ -6,48 +6,45 @@ Contract:
 - Otherwise the session's progress card is opened (or re-attached), and the analysis runs as a
   chain of turns (`bot.analysis.turn_chain`: each turn settled before the next, redirects and
   the remedy ladder) with the lease's heartbeat and the card's flusher alongside.
+- The chain says how it ended (`bot.analysis.outcomes`), and the actor acts on it: a final card
+  is sent, a hand-over or a park is said on the live card. A chain that raises is ended here:
+  what it left unsettled is settled, its sub-agents stopped, and its card made final.
 - The card always ends in a final state: answered, stopped, failed or cancelled, sent shielded
   on every exit path but two: a lost lease (the new holder owns the card) and a turn left for
-  another worker to resume.
+  another worker to resume (handed over or parked).
+- The actor builds nothing: its collaborators (`ActorParts`) are built once per worker, in
+  `bot.worker.assembly`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import quote
-
-import redis.asyncio as aioredis
+from typing import Any, assert_never
 
 from agent_core import Awaiting, Dispatched, RunDiagnostics, RunOutcome, Runtime
-from agent_core.errors import StoreError
 from agent_core.interrupts import ControlPlane
 from agent_core.loop import TurnRequest
+from bot.analysis.card_factory import CardFactory
+from bot.analysis.outcomes import ChainEnd, FinalCard, HandedOver, Parked
 from bot.analysis.progress import CardTracker
+from bot.analysis.settlement import Settlement
 from bot.analysis.takeover import Takeover, continued_card
 from bot.analysis.turn_chain import Chain, TurnChain
 from bot.control.killswitch import KillSwitch
-from bot.control.subagent_desk import SubagentDesk
-from bot.control.subagents import SubagentRegistry
 from bot.events import Platform
-from bot.keys import BotKeys
 from bot.process.failpoints import Failpoints
 from bot.process.task_errors import cause_of
 from bot.publishing.card_publisher import CardPublisher, PublisherOptions
-from bot.publishing.card_record import CardRecord
-from bot.publishing.platform import CardTarget, ChatPlatform
 from bot.state.audit import DEFAULT_RETENTION_S
 from bot.state.followups import Followups
 from bot.state.lease import Lease, LeaseLost, Leases
-from bot.state.runs import RunIndex
-from bot.state.settle import SettleWriter
 from bot.state.turn_jobs import TurnJob
-from cards.model import CardStatus, ProgressCard
+from cards.model import CardStatus
 
-__all__ = ["Actor", "ActorOptions"]
+__all__ = ["Actor", "ActorOptions", "ActorParts"]
 
 log = logging.getLogger(__name__)
 
@@ -71,44 +68,41 @@ class ActorOptions:
     """How long the linked page's index is kept (the audit's retention, `bot.ops.runs`)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActorParts:
+    """What the actor works with; built once per worker (`bot.worker.assembly.build_actor`)."""
+
+    runtime: Runtime
+    """Runs a tombstoned turn (settled `cancelled` without calling the model)."""
+    leases: Leases
+    """Keeps each analysis's lease alive while it runs."""
+    turns: TurnChain
+    """Runs an analysis's chain of turns."""
+    settlement: Settlement
+    """Settles turns and stops sub-agents (for a takeover and an abnormal end)."""
+    takeover: Takeover
+    """Reads where a taken-over analysis stands."""
+    followups: Followups
+    """Tells whether a job's turn was tombstoned."""
+    cards: CardFactory
+    """Makes each job's card record and publisher, and new cards."""
+    switch: KillSwitch
+    """The kill switch a job taken as it goes on is stopped by."""
+    control: ControlPlane
+    """Records that stop."""
+    failpoints: Failpoints
+    """Where a test kills the worker (`before_final_card`)."""
+
+
 class Actor:
     """Runs claimed turn jobs. One instance serves every session of a worker."""
 
-    def __init__(
-        self,
-        *,
-        runtime: Runtime,
-        redis: aioredis.Redis,
-        keys: BotKeys,
-        leases: Leases,
-        settle: SettleWriter,
-        platforms: Mapping[Platform, ChatPlatform],
-        options: ActorOptions | None = None,
-        failpoints: Failpoints | None = None,
-        subagents: SubagentDesk | None = None,
-    ) -> None:
-        self._runtime = runtime
-        self._redis = redis
-        self._keys = keys
-        self._leases = leases
-        self._platforms = platforms
+    def __init__(self, parts: ActorParts, options: ActorOptions | None = None) -> None:
+        self._parts = parts
+        self._turns = parts.turns
+        self._settlement = parts.settlement
+        self._cards = parts.cards
         self._options = options or ActorOptions()
-        self._failpoints = failpoints or Failpoints()
-        self._switch = KillSwitch(redis, keys)
-        self._audit = settle.audit
-        self._control = ControlPlane(redis, keys.session)
-        self._takeover = Takeover(redis, keys, settle, runtime.store)
-        self._followups = Followups(redis, keys)
-        self._runs = RunIndex(redis, keys, ttl_s=self._options.run_ttl_s)
-        self._turns = TurnChain(
-            runtime=runtime,
-            keys=keys,
-            settle=settle,
-            followups=self._followups,
-            remedy_rungs=self._options.remedy_rungs,
-            max_turns=self._options.max_turns,
-            subagents=subagents or SubagentDesk(SubagentRegistry(redis, keys)),
-        )
 
     def drain(self) -> None:
         """Ask every live turn to suspend at its next cut; later turns suspend at their first.
@@ -122,8 +116,7 @@ class Actor:
         """End an analysis that cannot be run (a poison job): settled failed, card final."""
         chain, publisher = await self._begin(job, lease)
         await publisher.attach()  # its workers posted a card: end that one, post no other
-        await self._shielded(self._turns.settle_unfinished(chain, reason))
-        await self._shielded(self._turns.stop_children_of(job.session_id, "a failure"))
+        await self._wind_down(chain, reason, by="a failure")
         await self._shielded(publisher.finish(chain.tracker.final(CardStatus.FAILED, error=reason)))
 
     async def run(self, job: TurnJob, lease: Lease) -> None:
@@ -135,19 +128,19 @@ class Actor:
         """
         if await self._finished(job, lease):
             return
-        switch = await self._switch.state()
+        switch = await self._parts.switch.state()
         if switch.on:  # taken just as the kill switch went on: it stops before the model
-            await self._control.stop(job.session_id, job.turn_id, by=switch.stopper)
-        if not job.resumed and await self._followups.tombstoned(job):
-            outcome = await self._runtime.run(
+            await self._parts.control.stop(job.session_id, job.turn_id, by=switch.stopper)
+        if not job.resumed and await self._parts.followups.tombstoned(job):
+            outcome = await self._parts.runtime.run(
                 TurnRequest(session_id=job.session_id, turn_id=job.turn_id)
             )
             # Settled `cancelled`: the model was never called.
-            await self._turns.settle_or_lose(outcome, lease)
+            await self._settlement.settle_or_lose(outcome, lease)
             return
         chain, publisher = await self._begin(job, lease)
         try:
-            final = await self._supervised(chain, publisher)
+            ending = await self._supervised(chain, publisher)
         except LeaseLost as exc:
             log.warning("analysis %s abandoned: %s", job.turn_id, exc)
             await self._shielded(publisher.clear_status())  # the new holder owns the card
@@ -156,65 +149,47 @@ class Actor:
             # The worker is going away without a drain: nobody resumes this analysis, so it
             # ends here, truthfully, before the cancellation goes on.
             final = chain.tracker.final(CardStatus.INTERRUPTED)
-            await self._shielded(self._turns.settle_unfinished(chain, INTERRUPTED))
-            await self._shielded(self._turns.stop_children_of(job.session_id, "an interruption"))
+            await self._wind_down(chain, INTERRUPTED, by="an interruption")
             await self._shielded(publisher.finish(final))
             raise
         except Exception as exc:
             log.exception("analysis %s failed", job.turn_id)
-            final = chain.tracker.final(CardStatus.FAILED, error=_short(exc))
-            await self._shielded(self._turns.settle_unfinished(chain, _short(exc)))
-            await self._shielded(self._turns.stop_children_of(job.session_id, "a failure"))
-        if final is not None:
-            self._failpoints.hit("before_final_card")
-            await self._shielded(publisher.finish(final))
-        else:
-            await self._shielded(publisher.flush())  # the hand-over, said on the live card
+            ending = FinalCard(chain.tracker.final(CardStatus.FAILED, error=_short(exc)))
+            await self._wind_down(chain, _short(exc), by="a failure")
+        await self._show(ending, publisher)
+
+    async def _show(self, ending: ChainEnd, publisher: CardPublisher) -> None:
+        """Say on the card how the chain ended: final, or still live for its continuation."""
+        match ending:
+            case FinalCard(card=card):
+                self._parts.failpoints.hit("before_final_card")
+                await self._shielded(publisher.finish(card))
+            case HandedOver() | Parked():
+                await self._shielded(publisher.flush())  # the hand-over, said on the live card
+            case never:
+                assert_never(never)
+
+    async def _wind_down(self, chain: Chain, error: str, *, by: str) -> None:
+        """Settle what a chain that ended abnormally left unsettled; stop its sub-agents."""
+        await self._shielded(self._settlement.settle_each(chain.leftovers(error), chain.lease))
+        await self._shielded(self._settlement.stop_children_of(chain.job.session_id, by))
 
     async def _begin(self, job: TurnJob, lease: Lease) -> tuple[Chain, CardPublisher]:
         """The chain of `job`'s analysis, on the live card it continues or a new one."""
-        event = job.event
-        record = CardRecord(self._redis, self._keys, job.session_id)
-        publisher = self._publisher(job, lease, record)
-        card = await continued_card(record, job) or ProgressCard(
-            title=event.text, turn_id=job.turn_id, thread=event.thread, link=await self._link(job)
-        )
+        record = self._cards.record(job.session_id)
+        publisher = self._cards.publisher(job, lease, record)
+        card = await continued_card(record, job) or await self._cards.new_card(job)
         return Chain(job, lease, CardTracker(card, publisher.show), job.turn_id), publisher
 
-    async def _link(self, job: TurnJob) -> str:
-        """The replay page of the analysis `job` starts (the ingress's `GET /runs/{turn_id}`).
-
-        Its index entry is written first; when Redis refuses it, the card goes without a link
-        (the analysis matters more than its replay page).
-        """
-        try:  # also what `chatops replay TURN` looks the session up by
-            await self._runs.remember(job.turn_id, job.session_id)
-        except StoreError as exc:
-            log.warning("analysis %s has no replay link: %s", job.turn_id, exc)
-            return ""
-        base = self._options.public_url.rstrip("/")
-        return f"{base}/runs/{quote(job.turn_id, safe='')}" if base else ""
-
-    def _publisher(self, job: TurnJob, lease: Lease, record: CardRecord) -> CardPublisher:
-        event = job.event
-        target = CardTarget(event.platform, event.channel, event.thread)
-        return CardPublisher(
-            self._platforms[event.platform],
-            record,
-            target,
-            lease.token,
-            self._options.publisher,
-            self._audit,
-        )
-
-    async def _supervised(self, chain: Chain, publisher: CardPublisher) -> ProgressCard | None:
+    async def _supervised(self, chain: Chain, publisher: CardPublisher) -> ChainEnd:
         """Run the chain with its heartbeat and card flusher alongside; both end with it.
 
         The heartbeat starts first: even posting the card may wait out a platform outage.
         """
+        leases = self._parts.leases
         try:
             async with asyncio.TaskGroup() as group:
-                beat = group.create_task(self._leases.heartbeat(chain.lease, lambda: chain.turn_id))
+                beat = group.create_task(leases.heartbeat(chain.lease, lambda: chain.turn_id))
                 try:
                     await publisher.open(chain.tracker.card)
                     flusher = group.create_task(publisher.run())
@@ -241,16 +216,16 @@ class Actor:
 
     async def _finished(self, job: TurnJob, lease: Lease) -> bool:
         """Whether a taken-over job's analysis already ended; its card is made final then."""
-        record = CardRecord(self._redis, self._keys, job.session_id)
-        ended, final = await self._takeover.ended(job, record)
+        record = self._cards.record(job.session_id)
+        ended, final = await self._parts.takeover.ended(job, record)
         if ended:  # settled already, or parked before its settle: then it is settled here
             waited = Awaiting() if job.event.platform is Platform.SUBAGENT else Dispatched()
             diagnostics = RunDiagnostics(session_id=job.session_id, turn_id=job.turn_id)
-            await self._turns.settle_or_lose(
+            await self._settlement.settle_or_lose(
                 RunOutcome(result=waited, diagnostics=diagnostics), lease
             )
         if ended and final is not None:
-            publisher = self._publisher(job, lease, record)
+            publisher = self._cards.publisher(job, lease, record)
             await publisher.attach()
             await self._shielded(publisher.finish(final))
         return ended

@@ -10,13 +10,16 @@ Contract:
   with a nudge, at most `remedy_rungs` times.
 - A drained turn is settled `drained` and its continuation queued for any worker; the card stays
   live. An analysis that would need more than `max_turns` turns fails ("too many turns").
-- Anything the chain leaves unsettled when it ends abnormally is settled by `settle_unfinished`.
+- `run` returns how the analysis ended (`bot.analysis.outcomes`: a final card, handed over, or
+  parked), never None; the actor acts on it. When it ends abnormally (it raises), what it may
+  have left unsettled is `Chain.leftovers`, for the actor to settle (`bot.analysis.settlement`).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from agent_core import (
     Awaiting,
@@ -29,6 +32,7 @@ from agent_core import (
     RunDiagnostics,
     RunOutcome,
     Runtime,
+    SettleReason,
     Steered,
     Stopped,
     UserKind,
@@ -38,7 +42,9 @@ from agent_core.interrupts import Signal, TurnSignals, checkpoint
 from agent_core.loop import TurnRequest
 from agent_core.tools.base import Risk
 from agent_core.tools.subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH
+from bot.analysis.outcomes import ChainEnd, FinalCard, HandedOver, Parked, WaitingFor
 from bot.analysis.progress import CardTracker
+from bot.analysis.settlement import Settlement
 from bot.control.subagent_desk import SubagentDesk
 from bot.control.subagents import ChildState
 from bot.events import ChatEvent, Platform
@@ -46,7 +52,7 @@ from bot.keys import BotKeys
 from bot.state.audit import TurnAudit
 from bot.state.followups import Followups
 from bot.state.lease import Lease, LeaseLost
-from bot.state.settle import Settled, SettleWriter, verdict_of
+from bot.state.settle import SettleWriter, verdict_of
 from bot.state.turn_jobs import TurnJob
 from bot.tracing import traced_turn
 from cards.model import CardStatus, ProgressCard
@@ -58,6 +64,17 @@ log = logging.getLogger(__name__)
 REMEDY_NUDGE = (
     "Your last reply was empty. Answer the task above now, or say in one sentence why you cannot."
 )
+
+
+Ending = Completed | Steered | Stopped | Cancelled | Failed
+"""The results of a turn an analysis can end on (the others hand it on, park it, or go on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """Not the end: the analysis goes on in another turn, with these inputs."""
+
+    inputs: list[UserMessage]
 
 
 @dataclass(eq=False)
@@ -78,6 +95,22 @@ class Chain:
     unsettled: RunOutcome | None = None
     """The last run's outcome until it is settled (an error in between still settles it)."""
 
+    def leftovers(self, error: str) -> list[RunOutcome]:
+        """What settles every turn of the chain that may be unsettled, when it ends abnormally.
+
+        The last run with its own outcome, the others (not run, or cut short) as failed with
+        `error`; turns already settled stay as they are (settles are NX).
+        """
+        session = self.job.session_id
+        failed = [
+            RunOutcome(
+                result=Failed(error),
+                diagnostics=RunDiagnostics(session_id=session, turn_id=turn_id),
+            )
+            for turn_id in (self.job.turn_id, *self.opened, self.turn_id)
+        ]
+        return failed if self.unsettled is None else [self.unsettled, *failed]
+
 
 class TurnChain:
     """Runs the turns of analyses. One instance serves every session of a worker."""
@@ -88,6 +121,7 @@ class TurnChain:
         runtime: Runtime,
         keys: BotKeys,
         settle: SettleWriter,
+        settlement: Settlement,
         followups: Followups,
         remedy_rungs: int,
         max_turns: int,
@@ -96,6 +130,7 @@ class TurnChain:
         self._runtime = runtime
         self._keys = keys
         self._settle = settle
+        self._settlement = settlement
         self._audit = settle.audit
         self._followups = followups
         self._remedy_rungs = remedy_rungs
@@ -112,8 +147,30 @@ class TurnChain:
         for signals in self._live.values():
             signals.raise_local(Signal.DRAIN)
 
-    async def run(self, chain: Chain) -> ProgressCard | None:
-        """Run turns until the analysis ends; the final card, or None to leave it live."""
+    async def run(self, chain: Chain) -> ChainEnd:
+        """Run turns until the analysis ends, or waits, or is handed over; say which.
+
+        Every turn run is settled when this returns.
+
+        Raises:
+            LeaseLost: A settle or a park was fenced (a newer holder owns the session).
+        """
+        inputs = await self._first_inputs(chain)
+        while True:
+            checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
+            chain.turns += 1
+            chain.tracker.begin_turn(chain.turn_id)
+            outcome = chain.unsettled = await self._run_turn(chain, inputs)
+            match await self._after(chain, outcome):
+                case FollowUp(inputs=inputs):
+                    await self._follow_up(chain, outcome)
+                case FinalCard() | HandedOver() | Parked() as ending:
+                    return ending
+                case never:
+                    assert_never(never)
+
+    async def _first_inputs(self, chain: Chain) -> list[UserMessage]:
+        """The first turn's inputs: the task (unless resumed) and the messages queued since."""
         session = chain.job.session_id
         task = [] if chain.job.resumed else [_task(chain.job.event)]
         if not chain.job.resumed:
@@ -121,56 +178,47 @@ class TurnChain:
         inputs = [*task, *await self._followups.take_inbox(session)]
         if children := await self._registry.children(session):
             chain.tracker.children(children)
-        while True:
-            checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
-            chain.turns += 1
-            chain.tracker.begin_turn(chain.turn_id)
-            outcome = chain.unsettled = await self._run_turn(chain, inputs)
-            follow_up = await self._next_inputs(chain, outcome)
-            if follow_up is not None and chain.turns >= self._max_turns:
-                await self.settle_or_lose(outcome, chain.lease)
-                return chain.tracker.final(CardStatus.FAILED, error="too many turns")
-            if isinstance(outcome.result, Drained):
-                await self._hand_over(chain, outcome)
-                chain.tracker.handed_over()
-                return None  # the card stays live: the analysis continues elsewhere
-            if isinstance(outcome.result, Awaiting) and outcome.result.approvals:
-                await self._await_approvals(chain, outcome, outcome.result.approvals)
-                return None  # the card asks for decisions; the worker is free meanwhile
-            if isinstance(outcome.result, Dispatched | Awaiting) or (
-                follow_up is None and await self._still_has_children(chain, outcome)
-            ):
-                await self._wait_for_others(chain, outcome)
-                return None  # children work (or the parent answers); the worker is free
-            if follow_up is None:
-                await self.settle_or_lose(outcome, chain.lease)
-                await self._stop_children(chain, outcome)
-                return self._final(chain, outcome)
-            next_turn = f"{chain.job.turn_id}.{chain.turns}"
-            chain.opened.append(next_turn)
-            # Opened before this turn settles, so a stop from now on tombstones it; a stop
-            # that came earlier tombstoned this turn, and is carried over to the next.
-            await self._followups.open(session, chain.turn_id, next_turn)
-            await self.settle_or_lose(outcome, chain.lease)
-            chain.turn_id, inputs = next_turn, follow_up
+        return inputs
 
-    async def settle_or_lose(self, outcome: RunOutcome, lease: Lease) -> None:
-        """Settle one run's turn; `LeaseLost` when the settle was fenced (a newer holder)."""
-        if await self._settle.settle(outcome, lease) is Settled.FENCED:
-            raise LeaseLost(f"settle of {outcome.diagnostics.turn_id} fenced")
+    async def _after(self, chain: Chain, outcome: RunOutcome) -> FollowUp | ChainEnd:
+        """What follows a turn that ended with `outcome`: another turn, or the chain's end."""
+        match outcome.result:
+            case Drained():
+                return await self._hand_over(chain, outcome)
+            case Awaiting(approvals=approvals) if approvals:
+                return await self._await_approvals(chain, outcome, approvals)
+            case Dispatched() | Awaiting():
+                return await self._wait_for_others(chain, outcome)
+            case Steered() | Completed() as result:
+                follow_up = await self._next_inputs(chain, outcome)
+                if follow_up is not None and chain.turns >= self._max_turns:
+                    await self._settlement.settle_or_lose(outcome, chain.lease)
+                    return FinalCard(chain.tracker.final(CardStatus.FAILED, error="too many turns"))
+                if follow_up is not None:
+                    return FollowUp(follow_up)
+                if await self._still_has_children(chain, outcome):
+                    return await self._wait_for_others(chain, outcome)
+                return await self._end(chain, outcome, result)
+            case Stopped() | Cancelled() | Failed() as result:
+                return await self._end(chain, outcome, result)
+            case never:
+                assert_never(never)
 
-    async def settle_unfinished(self, chain: Chain, error: str) -> None:
-        """Settle every turn of the chain not settled yet (settles are NX).
+    async def _follow_up(self, chain: Chain, outcome: RunOutcome) -> None:
+        """Open the next turn of the analysis, then settle the one that ended."""
+        next_turn = f"{chain.job.turn_id}.{chain.turns}"
+        chain.opened.append(next_turn)
+        # Opened before this turn settles, so a stop from now on tombstones it; a stop that
+        # came earlier tombstoned this turn, and is carried over to the next.
+        await self._followups.open(chain.job.session_id, chain.turn_id, next_turn)
+        await self._settlement.settle_or_lose(outcome, chain.lease)
+        chain.turn_id = next_turn
 
-        The last run is settled with its own outcome, the others (not run, or cut short) as
-        failed.
-        """
-        if chain.unsettled is not None:
-            await self._settle.settle(chain.unsettled, chain.lease)
-        for turn_id in (chain.job.turn_id, *chain.opened, chain.turn_id):
-            diagnostics = RunDiagnostics(session_id=chain.job.session_id, turn_id=turn_id)
-            outcome = RunOutcome(result=Failed(error), diagnostics=diagnostics)
-            await self._settle.settle(outcome, chain.lease)
+    async def _end(self, chain: Chain, outcome: RunOutcome, result: Ending) -> FinalCard:
+        """Settle the last turn of an analysis, stop its sub-agents, and end its card."""
+        await self._settlement.settle_or_lose(outcome, chain.lease)
+        await self._stop_children(chain, result)
+        return FinalCard(self._final(chain, result))
 
     async def _run_turn(self, chain: Chain, inputs: list[UserMessage]) -> RunOutcome:
         session = chain.job.session_id
@@ -221,10 +269,8 @@ class TurnChain:
         return frozenset(names)
 
     async def _next_inputs(self, chain: Chain, outcome: RunOutcome) -> list[UserMessage] | None:
-        """The inputs of a follow-up turn, or None when the analysis ends here."""
+        """The inputs of a follow-up turn of a steered or completed one; None: it ends here."""
         session, result = chain.job.session_id, outcome.result
-        if not isinstance(result, Steered | Completed):
-            return None
         steers = await self._followups.peek_steers(session)
         inbox = await self._followups.take_inbox(session)
         if steers:
@@ -237,9 +283,9 @@ class TurnChain:
             return [UserMessage(content=REMEDY_NUDGE, author="chatops", kind=UserKind.NOTICE)]
         return None
 
-    def _final(self, chain: Chain, outcome: RunOutcome) -> ProgressCard | None:
+    def _final(self, chain: Chain, result: Ending) -> ProgressCard:
         tracker = chain.tracker
-        match outcome.result:
+        match result:
             case Completed(answer=answer, cutoff=cutoff):
                 return tracker.final(CardStatus.ANSWERED, answer=answer, cutoff=cutoff)
             case Stopped(by=by):
@@ -250,12 +296,12 @@ class TurnChain:
                 return tracker.final(CardStatus.CANCELLED, by=by)
             case Failed(error=error):
                 return tracker.final(CardStatus.FAILED, error=error)
-            case Drained():
-                return None  # resumed by another worker, on this very card
-            case Dispatched() | Awaiting() | Steered():
-                return tracker.final(CardStatus.ANSWERED, answer=outcome.reason.value)
+            case Steered():  # not reached: a steered turn always has a follow-up
+                return tracker.final(CardStatus.ANSWERED, answer=SettleReason.STEERED.value)
+            case never:
+                assert_never(never)
 
-    async def _wait_for_others(self, chain: Chain, outcome: RunOutcome) -> None:
+    async def _wait_for_others(self, chain: Chain, outcome: RunOutcome) -> Parked:
         """Park the continuation of a turn that ended to wait.
 
         A parent waits for the children it dispatched, a child for its parent's answer; the
@@ -273,10 +319,12 @@ class TurnChain:
         )
         if not parked:
             raise LeaseLost(f"parking {next_turn} fenced (token {chain.lease.token} is stale)")
-        await self.settle_or_lose(outcome, chain.lease)
+        await self._settlement.settle_or_lose(outcome, chain.lease)
         if waiting_for == "children":
             chain.tracker.children(await self._registry.children(session), waiting=True)
         log.info("turn %s waits (%s); %s continues", chain.turn_id, waiting_for, next_turn)
+        waited = WaitingFor.PARENT if event.platform is Platform.SUBAGENT else WaitingFor.CHILDREN
+        return Parked(next_turn, waited)
 
     async def _still_has_children(self, chain: Chain, outcome: RunOutcome) -> bool:
         """An answer given while sub-agents still work is not the end: the analysis waits.
@@ -294,30 +342,26 @@ class TurnChain:
         # (it is stopped with the analysis), and waiting for it would wake the parent again.
         return any(c.state in (ChildState.PENDING, ChildState.RUNNING) for c in children)
 
-    async def stop_children_of(self, session_id: str, by: str) -> None:
-        """Stop the session's sub-agents, if it has any still working (an analysis ended)."""
-        children = await self._registry.children(session_id)
-        if any(not c.state.is_final for c in children):
-            await self._registry.stop_tree(session_id, by)
-
-    async def _stop_children(self, chain: Chain, outcome: RunOutcome) -> None:
+    async def _stop_children(self, chain: Chain, result: Ending) -> None:
         """An analysis that ended stops the sub-agents it still has: nobody would read them.
 
         A stop at the ingress already did; a kill switch, a failure, or an answer given while
         a child still ran (or waited for an answer) did not.
         """
-        by = getattr(outcome.result, "by", "") or "the parent analysis ending"
-        await self.stop_children_of(chain.job.session_id, by)
+        by = result.by if isinstance(result, Stopped | Cancelled) else ""
+        await self._settlement.stop_children_of(
+            chain.job.session_id, by or "the parent analysis ending"
+        )
 
     async def _await_approvals(
         self, chain: Chain, outcome: RunOutcome, call_ids: tuple[str, ...]
-    ) -> None:
+    ) -> Parked:
         """Settle a turn suspended for approvals and park its continuation for the desk."""
         session = chain.job.session_id
         next_turn = f"{chain.job.turn_id}.{chain.turns}"
         job = TurnJob(turn_id=next_turn, session_id=session, event=chain.job.event, resumed=True)
         await self._followups.await_decisions(job, chain.lease, suspended_turn=chain.turn_id)
-        await self.settle_or_lose(outcome, chain.lease)
+        await self._settlement.settle_or_lose(outcome, chain.lease)
         records = await self._approvals.records(session)
         chain.tracker.awaiting_approval([records[c] for c in call_ids if c in records])
         log.info(
@@ -326,15 +370,21 @@ class TurnChain:
             len(call_ids),
             next_turn,
         )
+        return Parked(next_turn, WaitingFor.APPROVALS)
 
-    async def _hand_over(self, chain: Chain, outcome: RunOutcome) -> None:
-        """Settle a drained turn and queue its continuation (a new turn of the analysis)."""
+    async def _hand_over(self, chain: Chain, outcome: RunOutcome) -> HandedOver:
+        """Settle a drained turn and queue its continuation (a new turn of the analysis).
+
+        The card stays live: the analysis continues elsewhere, on this very card.
+        """
         session = chain.job.session_id
         next_turn = f"{chain.job.turn_id}.{chain.turns}"
         job = TurnJob(turn_id=next_turn, session_id=session, event=chain.job.event, resumed=True)
         await self._followups.hand_over(job, chain.lease)
-        await self.settle_or_lose(outcome, chain.lease)
+        await self._settlement.settle_or_lose(outcome, chain.lease)
+        chain.tracker.handed_over()
         log.info("turn %s drained; %s continues on another worker", chain.turn_id, next_turn)
+        return HandedOver(next_turn)
 
 
 def _task(event: ChatEvent) -> UserMessage:

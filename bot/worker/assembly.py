@@ -8,7 +8,7 @@ startup check (RELIABILITY Q2) runs before anything is read.
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -20,13 +20,19 @@ from redis.exceptions import RedisError
 from agent_core import HostAllowlist, LoopLimits, Runtime, Toolset, http_get_tool
 from agent_core.budget import Budget
 from agent_core.errors import ConfigError
+from agent_core.interrupts import ControlPlane
 from agent_core.tools.bounded_body import BodyLimit
 from agent_core.tools.http_probe import http_probe_tool
 from agent_core.tools.hygiene import guarded
 from agent_core.tools.prometheus import prometheus_tool
 from agent_core.tools.shell import MAX_OUTPUT_BYTES, CommandAllowlist, ShellProfiles, shell_tool
 from agent_core.tools.subagents import subagent_tools
-from bot.analysis.actor import Actor, ActorOptions
+from bot.analysis.actor import Actor, ActorOptions, ActorParts
+from bot.analysis.card_factory import CardFactory
+from bot.analysis.settlement import Settlement
+from bot.analysis.takeover import Takeover
+from bot.analysis.turn_chain import TurnChain
+from bot.control.killswitch import KillSwitch
 from bot.control.subagent_desk import SubagentCards, SubagentDesk
 from bot.control.subagents import SubagentRegistry
 from bot.errors import BotConfigError
@@ -38,7 +44,9 @@ from bot.publishing.metered_platform import MeteredPlatform
 from bot.publishing.platform import ChatPlatform
 from bot.settings import Settings
 from bot.state.audit import AuditedModel, AuditLog
+from bot.state.followups import Followups
 from bot.state.lease import Leases
+from bot.state.runs import RunIndex
 from bot.state.settle import Pricing, SettleWriter
 from bot.worker.metrics import WorkerMetrics
 from bot.worker.model import build_chat_model
@@ -46,6 +54,7 @@ from bot.worker.process import Worker, WorkerOptions
 
 __all__ = [
     "INSTRUCTIONS",
+    "build_actor",
     "open_clients",
     "open_worker",
     "platforms_from",
@@ -192,6 +201,69 @@ def _metered(
     }
 
 
+def build_actor(
+    *,
+    runtime: Runtime,
+    redis: aioredis.Redis,
+    keys: BotKeys,
+    leases: Leases,
+    settle: SettleWriter,
+    platforms: Mapping[Platform, ChatPlatform],
+    options: ActorOptions | None = None,
+    failpoints: Failpoints | None = None,
+    subagents: SubagentDesk | None = None,
+) -> Actor:
+    """The worker's actor, with every collaborator it uses built here, once.
+
+    Args:
+        runtime: Runs the turns.
+        redis: The worker's client.
+        keys: The key layout.
+        leases: The sessions' leases.
+        settle: The settle writer (its audit records the cards too).
+        platforms: Each platform's card client.
+        options: Bounds of each analysis.
+        failpoints: Where a test kills the worker; none armed by default.
+        subagents: The sub-agent desk the tools share; one of its own by default.
+    """
+    options = options or ActorOptions()
+    subagents = subagents or SubagentDesk(SubagentRegistry(redis, keys))
+    settlement = Settlement(settle, subagents.registry)
+    followups = Followups(redis, keys)
+    turns = TurnChain(
+        runtime=runtime,
+        keys=keys,
+        settle=settle,
+        settlement=settlement,
+        followups=followups,
+        remedy_rungs=options.remedy_rungs,
+        max_turns=options.max_turns,
+        subagents=subagents,
+    )
+    cards = CardFactory(
+        redis=redis,
+        keys=keys,
+        platforms=platforms,
+        audit=settle.audit,
+        runs=RunIndex(redis, keys, ttl_s=options.run_ttl_s),
+        options=options.publisher,
+        public_url=options.public_url,
+    )
+    parts = ActorParts(
+        runtime=runtime,
+        leases=leases,
+        turns=turns,
+        settlement=settlement,
+        takeover=Takeover(redis, keys, settle, runtime.store),
+        followups=followups,
+        cards=cards,
+        switch=KillSwitch(redis, keys),
+        control=ControlPlane(redis, keys.session),
+        failpoints=failpoints or Failpoints(),
+    )
+    return Actor(parts, options)
+
+
 async def _serve(stack: AsyncExitStack, render: Render, host: str, port: int) -> None:
     """Serve `GET /metrics` until `stack` closes.
 
@@ -304,7 +376,7 @@ async def open_worker(
             ),
         )
         leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
-        actor = Actor(
+        actor = build_actor(
             runtime=runtime,
             redis=redis,
             keys=keys,
