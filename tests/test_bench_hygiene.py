@@ -10,11 +10,14 @@ process that takes seconds, so `make test-fast` keeps the X1 check.
 
 from __future__ import annotations
 
-from tests.bench_runs import finite, ratios, smoke
+import pytest
+
+from tests.bench_runs import TIMEOUT_S, finite, ratios, smoke
 
 SHAPES = ("ordinary", "newlines", "spaces", "tabs", "lt_spaces", "base64", "indentation")
 
 
+@pytest.mark.timeout(TIMEOUT_S + 30)
 def test_the_quick_bench_exits_zero_and_prints_its_ratios() -> None:
     """X1: every step and shape gets a throughput ratio and a 10x time ratio."""
     done = smoke("hygiene.py")

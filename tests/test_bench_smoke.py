@@ -21,7 +21,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.bench_runs import BENCH, BENCHES, finite, ratios, run_bench, smoke
+from tests.bench_runs import BENCH, BENCHES, TIMEOUT_S, finite, ratios, run_bench, smoke
 from tests.loopback import free_port
 
 
@@ -41,6 +41,7 @@ def test_the_glob_finds_every_bench() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT_S + 30)  # a smoke run takes seconds, a minute on a loaded machine
 @pytest.mark.parametrize("script", BENCHES)
 def test_every_bench_produces_finite_ratios_in_smoke_mode(script: str) -> None:
     done = smoke(script)
