@@ -23,7 +23,9 @@ from redis.crc import key_slot
 
 import agent_core
 import bot
+from agent_core import TURN_KEY_TTL_S
 from agent_core.lua import directives, load_script, names
+from bot.intake.queue import _submit_values
 from bot.keys import BotKeys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -89,11 +91,16 @@ def _runnable() -> list[tuple[str, str]]:
     return [(p, n) for p, n in SCRIPTS if not (p == "agent_core" and n in PRELUDES)]
 
 
+REAL_VALUES: dict[str, dict[str, object]] = {
+    "bot.intake:queue_submit": _submit_values(),
+    "bot.control:subagents_move": {"INBOX_TTL": TURN_KEY_TTL_S},
+}
+"""The placeholder values the owning modules pass (the loader refuses any other set)."""
+
+
 def _text(package: str, name: str) -> str:
-    """The script as Redis gets it; placeholders get a value valid wherever they stand."""
-    raw = (ROOT / package.replace(".", "/") / "lua" / f"{name}.lua").read_text()
-    values = dict.fromkeys(set(re.findall(r"@([A-Z][A-Z0-9_]*)@", raw)), "1")
-    return load_script(package, name, **values)
+    """The script as Redis gets it, with the values its owner passes."""
+    return load_script(package, name, **REAL_VALUES.get(_id(package, name), {}))
 
 
 def _key(spec: str, keys: BotKeys) -> str:
