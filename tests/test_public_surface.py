@@ -79,3 +79,20 @@ async def test_model_client_is_built_from_the_environment(monkeypatch, fake_llm)
     request = fake_llm.requests[0]
     assert request.body["model"] == "model-from-env"
     assert request.headers["authorization"] == "Bearer sk-from-env"
+
+
+def test_the_processes_that_call_no_model_do_not_import_the_openai_sdk() -> None:
+    """The ingress and the scheduler start without `openai` (about a second of CPU to import)."""
+    probe = (
+        "import sys\n"
+        "import agent_core, bot.ingress.app, bot.ops.scheduler\n"
+        "assert 'openai' not in sys.modules\n"
+        "from bot.settings import Settings\n"
+        "from bot.worker.model import build_chat_model\n"
+        "build_chat_model(Settings(_env_file=None))\n"
+        "assert 'openai' in sys.modules\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr

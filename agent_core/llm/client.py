@@ -5,6 +5,9 @@ backoff (honouring `Retry-After`) and never retries other 4xx; we rely on it (`m
 than layering a second retry loop. A 400 is never retried here: when it is about the history, the
 run loop repairs once and retries once (DESIGN.md §7).
 
+Import cost: `openai` is imported when a model is used, not with `agent_core`, so the
+processes that never call a model (the ingress, the scheduler, the CLI) do not pay for it.
+
 Cancellation: `respond` may be cancelled at any point (a stop). The stream is closed by its
 context manager and the partial response is discarded: nothing of it is returned or persisted.
 """
@@ -14,14 +17,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import openai
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_core.errors import HistoryRejected, ModelError, ModelRejected, ModelUnavailable
 from agent_core.llm.convert import ToolCallAssembler, messages_to_wire, tools_to_wire
 from agent_core.messages import AssistantMessage, Message
 from agent_core.tools.base import Toolset
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ["ChatModel", "DeltaSink", "ModelResponse", "OpenAIChatModel", "Usage"]
 
@@ -76,6 +80,8 @@ class ChatModel(Protocol):
 @contextmanager
 def map_openai_errors() -> Iterator[None]:
     """Translate openai SDK exceptions into the runtime's `ModelError` tree."""
+    import openai  # here, not at the top: the SDK costs a second of CPU to import
+
     try:
         yield
     except openai.BadRequestError as exc:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import openai
+from typing import TYPE_CHECKING
 
 from agent_core import OpenAIChatModel
 from bot.settings import Settings
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ["MODEL_MAX_RETRIES", "build_chat_model"]
 
@@ -16,6 +19,8 @@ MODEL_MAX_RETRIES = 2
 
 def build_chat_model(settings: Settings) -> tuple[OpenAIChatModel, openai.AsyncOpenAI]:
     """Return the chat model and its client (the caller closes the client on shutdown)."""
+    import openai  # here, not at the top: only the processes that call a model import it
+
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     client = openai.AsyncOpenAI(
         base_url=settings.openai_base_url, api_key=key or "unset", max_retries=MODEL_MAX_RETRIES
