@@ -17,16 +17,25 @@ import httpx
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from agent_core import HostAllowlist, LoopLimits, Runtime, Toolset, http_get_tool
-from agent_core.budget import Budget
-from agent_core.errors import ConfigError
-from agent_core.interrupts import ControlPlane
-from agent_core.tools.bounded_body import BodyLimit
-from agent_core.tools.http_probe import http_probe_tool
-from agent_core.tools.hygiene import guarded
-from agent_core.tools.prometheus import prometheus_tool
-from agent_core.tools.shell import MAX_OUTPUT_BYTES, CommandAllowlist, ShellProfiles, shell_tool
-from agent_core.tools.subagents import subagent_tools
+from agent_core import (
+    SHELL_MAX_OUTPUT_BYTES,
+    BodyLimit,
+    Budget,
+    CommandAllowlist,
+    ConfigError,
+    ControlPlane,
+    HostAllowlist,
+    LoopLimits,
+    Runtime,
+    ShellProfiles,
+    Toolset,
+    guarded,
+    http_get_tool,
+    http_probe_tool,
+    prometheus_tool,
+    shell_tool,
+    subagent_tools,
+)
 from bot.analysis.actor import Actor, ActorOptions, ActorParts
 from bot.analysis.card_factory import CardFactory
 from bot.analysis.settlement import Settlement
@@ -345,7 +354,7 @@ async def open_worker(
                 commands = CommandAllowlist.parse(settings.shell_allowlist, profiles)
             except ConfigError as exc:
                 raise BotConfigError(f"CHATOPS_SHELL_ALLOWLIST: {exc}") from exc
-            cap = min(settings.tool_max_bytes, MAX_OUTPUT_BYTES)
+            cap = min(settings.tool_max_bytes, SHELL_MAX_OUTPUT_BYTES)
             tools.append(shell_tool(commands, max_output_bytes=cap))
         if settings.mcp_servers.strip():
             # Imported only when configured: the `mcp` package adds ~0.3 s to a worker's start.

@@ -19,8 +19,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from agent_core import map_redis_errors
 from agent_core.lua import register_lua
-from agent_core.store import map_redis_errors
 from bot.keys import BotKeys
 from bot.state.lease import Lease
 

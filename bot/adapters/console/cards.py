@@ -49,8 +49,7 @@ from bot.publishing.platform import (
     PlatformRejected,
     PlatformUnavailable,
 )
-from cards.console import render_console
-from cards.model import ProgressCard
+from cards import ProgressCard, render_console
 
 __all__ = ["CARDS_MAXLEN", "DEFAULT_TIMEOUT_S", "ConsoleCards", "map_console_errors"]
 
