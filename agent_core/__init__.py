@@ -25,17 +25,19 @@ from agent_core.interrupts import (
     BELL_TTL_S,
     PRIORITY,
     TOMBSTONE_TTL_S,
+    WATCH_BLOCK_S,
     ControlPlane,
     Signal,
     TurnSignals,
     checkpoint,
     until_set,
 )
-from agent_core.keys import Keys
+from agent_core.keys import Keys, SessionKey
 from agent_core.ledger import BalanceLedger
 from agent_core.llm import ChatModel, ModelResponse, OpenAIChatModel, Usage
 from agent_core.llm.client import DeltaSink
 from agent_core.loop import EventSink, LoopLimits, Runtime, TurnRequest
+from agent_core.lua import register_lua
 from agent_core.messages import (
     AssistantMessage,
     Message,
@@ -79,10 +81,16 @@ from agent_core.tools.hygiene import guarded
 from agent_core.tools.prometheus import prometheus_tool
 from agent_core.tools.shell import MAX_OUTPUT_BYTES as SHELL_MAX_OUTPUT_BYTES
 from agent_core.tools.shell import CommandAllowlist, ShellProfiles, shell_tool
-from agent_core.tools.subagents import subagent_tools
+from agent_core.tools.subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH, subagent_tools
 from agent_core.untrusted import QuoteKind, aquote_untrusted, neutralise_markers
 
 __all__ = [
+    "ANSWER_CHILD",
+    "ASK_PARENT",
+    "DISPATCH",
+    "SessionKey",
+    "WATCH_BLOCK_S",
+    "register_lua",
     "ApprovalVerdict",
     "SHELL_MAX_OUTPUT_BYTES",
     "Approval",

@@ -24,9 +24,15 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
-from agent_core import Awaiting, Dispatched, RunDiagnostics, RunOutcome, Runtime
-from agent_core.interrupts import ControlPlane
-from agent_core.loop import TurnRequest
+from agent_core import (
+    Awaiting,
+    ControlPlane,
+    Dispatched,
+    RunDiagnostics,
+    RunOutcome,
+    Runtime,
+    TurnRequest,
+)
 from bot.analysis.card_factory import CardFactory
 from bot.analysis.outcomes import ChainEnd, FinalCard, HandedOver, Parked
 from bot.analysis.progress import CardTracker
@@ -42,7 +48,7 @@ from bot.state.audit import DEFAULT_RETENTION_S
 from bot.state.followups import Followups
 from bot.state.lease import Lease, LeaseLost, Leases
 from bot.state.turn_jobs import TurnJob
-from cards.model import CardStatus
+from cards import CardStatus
 
 __all__ = ["Actor", "ActorOptions", "ActorParts"]
 

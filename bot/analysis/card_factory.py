@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import redis.asyncio as aioredis
 
-from agent_core.errors import StoreError
+from agent_core import StoreError
 from bot.events import Platform
 from bot.keys import BotKeys
 from bot.publishing.card_publisher import CardPublisher, PublisherOptions
@@ -27,7 +27,7 @@ from bot.state.audit import AuditLog
 from bot.state.lease import Lease
 from bot.state.runs import RunIndex
 from bot.state.turn_jobs import TurnJob
-from cards.model import ProgressCard
+from cards import ProgressCard
 
 __all__ = ["CardFactory"]
 

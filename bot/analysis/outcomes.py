@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cards.model import ProgressCard
+from cards import ProgressCard
 
 __all__ = ["ChainEnd", "FinalCard", "HandedOver", "Parked", "WaitingFor"]
 

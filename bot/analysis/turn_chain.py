@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import assert_never
 
 from agent_core import (
+    ANSWER_CHILD,
+    ASK_PARENT,
+    DISPATCH,
     Awaiting,
     Cancelled,
     Completed,
@@ -29,19 +32,20 @@ from agent_core import (
     Drained,
     Failed,
     Fence,
+    Risk,
     RunDiagnostics,
     RunOutcome,
     Runtime,
     SettleReason,
+    Signal,
     Steered,
     Stopped,
+    TurnRequest,
+    TurnSignals,
     UserKind,
     UserMessage,
+    checkpoint,
 )
-from agent_core.interrupts import Signal, TurnSignals, checkpoint
-from agent_core.loop import TurnRequest
-from agent_core.tools.base import Risk
-from agent_core.tools.subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH
 from bot.analysis.outcomes import ChainEnd, FinalCard, HandedOver, Parked, WaitingFor
 from bot.analysis.progress import CardTracker
 from bot.analysis.settlement import Settlement
@@ -55,7 +59,7 @@ from bot.state.lease import Lease, LeaseLost
 from bot.state.settle import SettleWriter, verdict_of
 from bot.state.turn_jobs import TurnJob
 from bot.tracing import traced_turn
-from cards.model import CardStatus, ProgressCard
+from cards import CardStatus, ProgressCard
 
 __all__ = ["Chain", "TurnChain"]
 

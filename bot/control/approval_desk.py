@@ -41,8 +41,14 @@ from enum import StrEnum
 
 import redis.asyncio as aioredis
 
-from agent_core import TURN_KEY_TTL_S, Approval, ApprovalVerdict, Risk, map_redis_errors
-from agent_core.lua import register_lua
+from agent_core import (
+    TURN_KEY_TTL_S,
+    Approval,
+    ApprovalVerdict,
+    Risk,
+    map_redis_errors,
+    register_lua,
+)
 from bot.events import ChatEvent, is_unattended, person_of
 from bot.keys import BotKeys
 from bot.people import People

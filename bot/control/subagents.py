@@ -33,8 +33,7 @@ from enum import StrEnum
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
 
-from agent_core import TURN_KEY_TTL_S, QuoteKind, aquote_untrusted, map_redis_errors
-from agent_core.lua import register_lua
+from agent_core import TURN_KEY_TTL_S, QuoteKind, aquote_untrusted, map_redis_errors, register_lua
 from bot.events import AuthorKind, ChatEvent, Platform
 from bot.keys import BotKeys
 from bot.state.followups import Followups

@@ -41,12 +41,12 @@ from agent_core import (
     BELL_TTL_S,
     TOMBSTONE_TTL_S,
     TURN_KEY_TTL_S,
+    SessionKey,
     UserKind,
     UserMessage,
     dump_message,
+    register_lua,
 )
-from agent_core.keys import SessionKey
-from agent_core.lua import register_lua
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent
 from bot.keys import BotKeys, BotSessionKey

@@ -30,8 +30,7 @@ import redis.asyncio as aioredis
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from agent_core import map_redis_errors
-from agent_core.lua import register_lua
+from agent_core import map_redis_errors, register_lua
 from bot.errors import BotConfigError
 from bot.keys import BotKeys
 from bot.ops.reaper import Reaper, SweepReport

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from agent_core import map_redis_errors
-from agent_core.lua import register_lua
+from agent_core import map_redis_errors, register_lua
 from bot.keys import BotKeys
 from bot.publishing.platform import CardTarget
 from cards import ProgressCard

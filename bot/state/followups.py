@@ -25,8 +25,8 @@ from agent_core import (
     UserMessage,
     load_message,
     map_redis_errors,
+    register_lua,
 )
-from agent_core.lua import register_lua
 from bot.events import ChatEvent
 from bot.keys import BotKeys
 from bot.state.lease import Lease, LeaseLost

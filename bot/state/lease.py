@@ -22,10 +22,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from agent_core.errors import StoreError
-from agent_core.interrupts import WATCH_BLOCK_S, checkpoint
-from agent_core.lua import register_lua
-from agent_core.store import map_redis_errors
+from agent_core import WATCH_BLOCK_S, StoreError, checkpoint, map_redis_errors, register_lua
 from bot.errors import LeaseLost
 from bot.keys import BotKeys
 

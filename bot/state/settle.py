@@ -30,8 +30,7 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
-from agent_core import Completed, RunOutcome, SettleRecord, map_redis_errors
-from agent_core.lua import register_lua
+from agent_core import Completed, RunOutcome, SettleRecord, map_redis_errors, register_lua
 from bot.keys import BotKeys
 from bot.state.audit import AuditEvent, AuditLog
 from bot.state.lease import Lease

@@ -19,8 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from agent_core import map_redis_errors
-from agent_core.lua import register_lua
+from agent_core import map_redis_errors, register_lua
 from bot.keys import BotKeys
 from bot.state.lease import Lease
 

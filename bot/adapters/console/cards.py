@@ -38,7 +38,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from agent_core.lua import register_lua
+from agent_core import register_lua
 from bot.events import Platform
 from bot.keys import BotKeys
 from bot.publishing.card_record import CARD_TTL_S
