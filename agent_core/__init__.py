@@ -38,6 +38,7 @@ from agent_core.llm import ChatModel, ModelResponse, OpenAIChatModel, Usage
 from agent_core.llm.client import DeltaSink
 from agent_core.loop import EventSink, LoopLimits, Runtime, TurnRequest
 from agent_core.lua import register_lua
+from agent_core.mcp_servers import open_mcp_tools, parse_mcp_servers
 from agent_core.messages import (
     AssistantMessage,
     Message,
@@ -85,6 +86,8 @@ from agent_core.tools.subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH, subag
 from agent_core.untrusted import QuoteKind, aquote_untrusted, neutralise_markers
 
 __all__ = [
+    "open_mcp_tools",
+    "parse_mcp_servers",
     "ANSWER_CHILD",
     "ASK_PARENT",
     "DISPATCH",

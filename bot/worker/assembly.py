@@ -32,6 +32,8 @@ from agent_core import (
     guarded,
     http_get_tool,
     http_probe_tool,
+    open_mcp_tools,
+    parse_mcp_servers,
     prometheus_tool,
     shell_tool,
     subagent_tools,
@@ -357,9 +359,7 @@ async def open_worker(
             cap = min(settings.tool_max_bytes, SHELL_MAX_OUTPUT_BYTES)
             tools.append(shell_tool(commands, max_output_bytes=cap))
         if settings.mcp_servers.strip():
-            # Imported only when configured: the `mcp` package adds ~0.3 s to a worker's start.
-            from agent_core.tools.mcp import open_mcp_tools, parse_mcp_servers
-
+            # The MCP SDK is imported by the first of these calls, so only when configured.
             try:
                 mcp_servers = parse_mcp_servers(settings.mcp_servers)
             except ConfigError as exc:
