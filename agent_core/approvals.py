@@ -71,7 +71,7 @@ class Verdict(StrEnum):
 def arguments_digest(arguments: str) -> str:
     """A short digest of a call's exact arguments; an approval button carries it.
 
-    A decision is accepted only for the arguments the person saw (RELIABILITY A4).
+    A decision is accepted only for the arguments the person saw (docs/reliability.md A4).
     """
     return hashlib.sha256(arguments.encode()).hexdigest()[:16]
 
@@ -155,7 +155,7 @@ class Approval:
 
 
 def closing_answer(call: ToolCall, verdict: Verdict, by: str) -> ToolMessage:
-    """The tool result of a gated call that did not run, saying why (RELIABILITY H3)."""
+    """The tool result of a gated call that did not run, saying why (docs/reliability.md H3)."""
     who = by or "someone"
     match verdict:
         case Verdict.DENIED:

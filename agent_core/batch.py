@@ -2,8 +2,8 @@
 
 Every call of a batch is answered by exactly one `ToolMessage`, whatever happens: a result, a
 clear error (unknown tool, arguments that are not JSON or break the tool's schema, timeout,
-failure) or "interrupted". Arguments are checked before the handler runs (RELIABILITY A2, H2): a
-bad call is answered with an error naming the problem while the batch's other calls run.
+failure) or "interrupted". Arguments are checked before the handler runs (docs/reliability.md A2,
+H2): a bad call is answered with an error naming the problem while the batch's other calls run.
 Interruptible calls are cancelled when the turn's `abort` event is set (a stop, or a steer);
 must-complete calls always run to their end or timeout. A call that has not started when a stop
 is accepted never starts.

@@ -1,4 +1,4 @@
-"""Budgets: how much one turn may do before it must wrap up (RELIABILITY H12, A8).
+"""Budgets: how much one turn may do before it must wrap up (docs/reliability.md H12, A8).
 
 A turn may make at most `max_model_requests` model requests and `max_tool_calls` tool calls,
 spend at most `max_tokens` tokens, and run one exact call (same tool, same arguments) at most

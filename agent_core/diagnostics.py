@@ -131,7 +131,7 @@ class RunOutcome:
 
 
 class SettleRecord(BaseModel):
-    """The durable record of how one claimed turn ended (DESIGN.md invariant 5)."""
+    """The durable record of how one claimed turn ended (docs/design.md §Invariants I5)."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -1,4 +1,4 @@
-"""Validation of a history against the strictest provider rules (DESIGN.md invariant 1).
+"""Validation of a history against the strictest provider rules (docs/design.md §Invariants I1).
 
 Contract: `validate_history` accepts a history exactly when every provider we target would:
 
@@ -7,10 +7,10 @@ Contract: `validate_history` accepts a history exactly when every provider we ta
 - no `ToolMessage` except as such an answer (an orphan, or a second answer to the same call);
 - no empty call id, and no call id used twice anywhere in the history.
 
-Adjacency is checked, not just presence (RELIABILITY.md H7): a set-based check ("every call has a
-result somewhere") passes a result displaced after a user message, which OpenAI and Anthropic both
-reject with a 400. Error texts mirror the providers' own wording (DESIGN.md §7), prefixed by the
-offending message's index, so a log line reads like the 400 it prevented.
+Adjacency is checked, not just presence (docs/reliability.md H7): a set-based check ("every call has
+a result somewhere") passes a result displaced after a user message, which OpenAI and Anthropic both
+reject with a 400. Error texts mirror the providers' own wording (docs/design.md §Platform facts),
+prefixed by the offending message's index, so a log line reads like the 400 it prevented.
 
 It runs before every model request, so it is one linear pass (about 0.25 ms for 600 messages)
 that keeps only the ids seen so far and those of the current tool block.

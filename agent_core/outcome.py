@@ -26,7 +26,7 @@ __all__ = [
 
 
 class SettleReason(StrEnum):
-    """Why a claimed turn was settled (DESIGN.md invariant 5)."""
+    """Why a claimed turn was settled (docs/design.md §Invariants I5)."""
 
     COMPLETED = "completed"
     STEERED = "steered"

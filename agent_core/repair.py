@@ -1,4 +1,4 @@
-"""History repair: turn any history into one `validate_history` accepts (DESIGN.md invariant 1).
+"""History repair: turn any history into one `validate_history` accepts (invariant I1).
 
 Repair is an ordered tuple of pure passes (`REPAIR_PASSES`). Each takes a history and returns a
 repaired one, returns its input object unchanged when it has nothing to fix, and is idempotent.
@@ -15,7 +15,7 @@ The order of the passes matters, and each one relies on the ones before it:
    pass can check; the ids it mints may collide with existing ones, which pass 2 then resolves.
 2. `rename_duplicate_ids` (RENAME): after it, a call id names exactly one call, so the later
    passes can ask "which call does this result answer?" with a plain dict lookup. Renaming later
-   would make the move and drop passes guess between calls sharing an id (RELIABILITY.md H4).
+   would make the move and drop passes guess between calls sharing an id (docs/reliability.md H4).
 3. `restore_displaced_results` (MOVE) must run before the drop and close passes: both see a
    displaced result as an orphan (H7), so running either first would drop a real tool result and
    replace it with a synthetic one.
@@ -106,7 +106,7 @@ def rename_empty_ids(messages: list[Message]) -> Fix:
     """RENAME: give each empty call id a stable synthetic id, and the same id to its answer.
 
     The id hashes the call's position in its message, name and arguments, so it does not depend
-    on where the message sits in the history (RELIABILITY.md H5: "synthetic stable id"). An
+    on where the message sits in the history (docs/reliability.md H5: "synthetic stable id"). An
     empty-id answer in the call's own tool block takes the id of an unpaired empty-id call with
     the same name, else of the first unpaired one; any other empty-id answer is left for
     `drop_orphan_results`.
@@ -137,8 +137,8 @@ def restore_displaced_results(messages: list[Message]) -> Fix:
     """MOVE (REMOVE + ADD): put a displaced result back at the end of its call's tool block.
 
     A result is displaced when it answers a call of an earlier assistant message but is separated
-    from it by other messages (RELIABILITY.md H7). It is moved only when that call has no answer
-    in its own block; the first displaced answer wins, and later ones are left for
+    from it by other messages (docs/reliability.md H7). It is moved only when that call has no
+    answer in its own block; the first displaced answer wins, and later ones are left for
     `drop_orphan_results`. Results moved into one block follow the order of their calls.
     """
     moves = _displaced(messages)
@@ -167,7 +167,7 @@ def drop_orphan_results(messages: list[Message]) -> Fix:
     """REMOVE: drop each result that is not a first answer to a call of its block's assistant.
 
     That is: a result after a non-assistant message, one whose id matches no call of the assistant
-    message right before its block (RELIABILITY.md H8), and a second answer to the same call.
+    message right before its block (docs/reliability.md H8), and a second answer to the same call.
     """
     kept: list[Message] = []
     notes: list[str] = []

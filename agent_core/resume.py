@@ -1,4 +1,4 @@
-"""Closing the batch a dead worker left open, from its journal (DESIGN.md invariant 7).
+"""Closing the batch a dead worker left open, from its journal (docs/design.md §Invariants I7).
 
 While a batch runs, its assistant message and each result are journaled as they arrive; the
 batch reaches the history only when every call is answered. A worker that dies in between

@@ -1,8 +1,8 @@
 """The session store in Redis: closed histories, the open batch's journal, turn start.
 
-Contract (DESIGN.md invariant 1): the persisted history of a session is always closed. Messages
-are appended only in closed groups (a final answer, or an assistant message together with every
-one of its tool results, in one `MULTI`). While a batch is open its assistant message and each
+Contract (docs/design.md §Invariants I1): the persisted history of a session is always closed.
+Messages are appended only in closed groups (a final answer, or an assistant message together with
+every one of its tool results, in one `MULTI`). While a batch is open its assistant message and each
 result, as it arrives, go to a per-turn journal instead, so a resumed turn need not re-run tools
 that already finished.
 """
@@ -55,7 +55,7 @@ class Fence:
 
     The write happens only while `key` holds a value starting with `"<token>|"` (the caller's
     lease); a writer whose lease was taken over, a paused "zombie", is refused with
-    `StoreError` and changes nothing (DESIGN.md invariant 7).
+    `StoreError` and changes nothing (docs/design.md §Invariants I7).
     """
 
     key: str

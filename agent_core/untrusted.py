@@ -1,6 +1,6 @@
 r"""One framing for every text from outside: quoted as untrusted data, its markers neutralised.
 
-Contract (docs/reliability.md X2, X9; RELIABILITY A1, A7): every text that reaches the model
+Contract (docs/reliability.md X2, X9; docs/reliability.md A1, A7): every text that reaches the model
 from outside the runtime (a tool's output, a tool's error text, a sub-agent's report, question
 or answer, a quoted chat message) goes through `quote_untrusted` (or `aquote_untrusted`), which
 returns

@@ -10,8 +10,8 @@ uses a given Redis instead of starting one. The figures end the output as `ratio
 
 What is measured, and why:
 
-1. Probes per turn against events per turn (DESIGN.md invariant 2). Signals are probed only at a
-   cut, i.e. once before the first model request and once per closed tool batch, never per
+1. Probes per turn against events per turn (docs/design.md §Invariants I2). Signals are probed only
+   at a cut, i.e. once before the first model request and once per closed tool batch, never per
    streamed delta. The same scripted workload is run with a short stream and with a long one
    (`ScriptedModel.delta_chunks`): events per turn grow with the deltas, probes per turn must
    not. Redis traffic per turn is counted twice: client round trips (a counting connection
@@ -629,7 +629,9 @@ def _cut_row(
 
 
 def _stream_table(streams: list[StreamStats]) -> Table:
-    table = Table(title="1. Signal probes per turn vs events per turn (DESIGN.md invariant 2)")
+    table = Table(
+        title="1. Signal probes per turn vs events per turn (docs/design.md §Invariants I2)"
+    )
     table.add_column("per turn (mean)", no_wrap=True)
     for s in streams:
         table.add_column(f"{s.label}\n(delta_chunks={s.chunks})", justify="right")

@@ -10,7 +10,7 @@ Contract:
   (`bind`, `log_context`). asyncio gives each task a copy of its creator's context, so the
   lines of concurrent analyses on one worker each carry their own ids. A record's own
   `extra={"session": …}` wins over the context.
-- What a message may say is the caller's business (RELIABILITY A10: no secret, token or raw
+- What a message may say is the caller's business (docs/reliability.md A10: no secret, token or raw
   body at INFO; `tests/test_log_hygiene.py`, `tests/test_logs.py`); as a last guard, both
   formatters pass the message and any traceback through `agent_core.redaction.redact`
   (docs/reliability.md X5), which is linear in the text and costs microseconds on a log line.

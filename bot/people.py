@@ -5,7 +5,7 @@ form `ChatEvent.person` gives every author. How a bare id (`U0123`, written befo
 qualified) is read: it matches that id on Slack and on Feishu, never on the console. Slack ids
 (`U…`, `W…`) and Feishu open ids (`ou_…`) never look alike, so a bare id still names one
 person; the console is left out because a console client names its user freely, so a bare id
-must never let a console token holder pass for an admin (RELIABILITY X10). Each bare id is
+must never let a console token holder pass for an admin (docs/reliability.md X10). Each bare id is
 warned about once where the group is read at start-up (the ingress's approval and kill switch
 desks), naming the qualified forms to write instead.
 

@@ -16,7 +16,7 @@ __all__ = ["Settings"]
 
 
 class Settings(BaseSettings):
-    """Configuration from the environment (names as in DESIGN.md §5)."""
+    """Configuration from the environment (names as in docs/design.md §External contract)."""
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 

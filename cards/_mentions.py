@@ -1,4 +1,4 @@
-"""Defusing mentions, broadcasts and disguised links in text shown on a card (RELIABILITY A6).
+"""Defusing mentions, broadcasts and disguised links in text shown on a card (A6).
 
 Contract: `defuse(text)` puts a WORD JOINER (U+2060, invisible, zero width) inside every token
 that could notify people or hide a link target, and changes nothing else:

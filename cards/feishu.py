@@ -4,7 +4,7 @@ Contract: for any card the JSON stays within `FeishuLimits` (its bytes by the pl
 there, a handful of the ~200 elements, every markdown element within its characters), a live
 card has exactly one Stop button whose callback value is `{"action", "turn", "thread"}` (what the
 ingress reads) and a final card none, and no user- or model-provided text can mention anyone
-(RELIABILITY A6).
+(docs/reliability.md A6).
 
 Escaping: Feishu markdown mentions, links with hidden targets, colours and other rich markup are
 all HTML-like tags (`<at id=all></at>`, `<at user_id="ou_x"></at>`, `<link>`, `<font>`), and a

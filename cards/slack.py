@@ -2,8 +2,8 @@
 
 Contract: the blocks pass Slack's validation for any card (at most 7 of the 50 blocks, every text
 within `SlackLimits`), a live card has exactly one Stop button and a final card none, and no
-user- or model-provided text can mention anyone (RELIABILITY A6). Mentions, channel pings and
-links in mrkdwn all need `<` (`<!channel>`, `<@U123>`, `<https://x|y>`), and Slack's
+user- or model-provided text can mention anyone (docs/reliability.md A6). Mentions, channel pings
+and links in mrkdwn all need `<` (`<!channel>`, `<@U123>`, `<https://x|y>`), and Slack's
 documented escaping turns every `&`, `<`, `>` into `&amp;`, `&lt;`, `&gt;`; `verbatim: true`
 also stops Slack's own parsing of a bare `@channel`
 (docs.slack.dev/messaging/formatting-message-text#escaping). Header and button labels are

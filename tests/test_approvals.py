@@ -1,4 +1,4 @@
-"""Approval gates through the whole bot (RELIABILITY A1, A4, A5, H3, S17).
+"""Approval gates through the whole bot (docs/reliability.md A1, A4, A5, H3, S17).
 
 Why this way: the promise is that nothing changes without a named person's approval, so each
 test drives signed Slack requests through the real ingress and a real worker, whose toolset

@@ -1,4 +1,4 @@
-"""Approve and Deny presses on a Feishu card (RELIABILITY F13, A4).
+"""Approve and Deny presses on a Feishu card (docs/reliability.md F13, A4).
 
 Why this way: the Slack presses are proven in `tests/test_approvals.py`; Feishu's differ in
 transport (an encrypted, signed `card.action.trigger` callback at `/feishu/card`, answered

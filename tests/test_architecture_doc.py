@@ -1,6 +1,6 @@
-"""docs/architecture.md answers, for every folder, what it owns and what it may import.
+r"""docs/architecture.md answers, for every folder, what it owns and what it may import.
 
-The page has one section per folder (a `## \\`folder/\\`` heading), a "May import" line, and one
+The page has one section per folder (a `## \`folder/\`` heading), a "May import" line, and one
 table row per module, named relative to the folder. This test keeps the page true as modules
 come and go: a module with no row fails, and so does a row naming a module that does not exist.
 """

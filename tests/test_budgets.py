@@ -1,4 +1,4 @@
-"""Budgets end a runaway turn with one tool-less wrap-up request (RELIABILITY H12, A8).
+"""Budgets end a runaway turn with one tool-less wrap-up request (docs/reliability.md H12, A8).
 
 Through the real runtime, the fake OpenAI provider (which refuses a broken history with
 OpenAI's own 400) and a real Redis: the model is scripted to loop, to ask for too much at once,

@@ -1,4 +1,4 @@
-"""No card can ping anyone or disguise a link (RELIABILITY A6), whatever the model or people wrote.
+"""No card can ping anyone or disguise a link (A6), whatever the model or people wrote.
 
 Why this way: the promise is about the bytes sent, so each test renders a card with adversarial
 text in every place text reaches it (the task, the answer, tool names and arguments, who stopped

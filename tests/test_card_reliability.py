@@ -1,4 +1,4 @@
-"""Progress cards under faults, RELIABILITY rows C1-C10.
+"""Progress cards under faults, docs/reliability.md rows C1-C10.
 
 C3 (a SIGKILLed worker) and C4 (its turn resumed on another worker, on the same card) run across
 processes in `test_turn_processes.py`. For C9, C3 bounds how long a card can stay live after its

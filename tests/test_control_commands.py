@@ -1,4 +1,4 @@
-"""Control-command parsing (DESIGN.md §4 and §5: the reply "stop" stops; ambiguity is content).
+"""Control-command parsing (docs/design.md): the reply "stop" stops; ambiguity is content.
 
 Why this way: a command is routed to the control plane and cannot be taken back, so the tests
 aim at misfires more than at recognition. The phrase tables users learn from

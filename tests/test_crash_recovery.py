@@ -1,4 +1,4 @@
-"""Workers that die, pause or race over the turns stream (RELIABILITY Q5–Q9).
+"""Workers that die, pause or race over the turns stream (docs/reliability.md Q5–Q9).
 
 Why this way: each row is about processes and the real stream, so the tests run `chatops
 serve` and `chatops worker` processes against one real Redis, stop or kill them with real

@@ -57,7 +57,8 @@ SLACK_CALL = re.compile(
     r"\b(chat_postMessage|chat_update|assistant_threads_\w+|users_\w+|conversations_\w+)\("
 )
 
-# The process commands of the external contract (DESIGN.md §5) that a deployment runs.
+# The process commands of the external contract (docs/design.md §External contract) that a
+# deployment runs.
 CONTRACT_SUBCOMMANDS = {"serve", "worker", "scheduler"}
 CHATOPS_SERVICES = ("ingress", "worker", "scheduler")
 UNPRIVILEGED_UID = 10001

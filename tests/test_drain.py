@@ -1,7 +1,7 @@
 """Draining a worker on SIGTERM: a live turn suspends at its next cut and continues elsewhere.
 
-RELIABILITY rows: W1 (idle), W2 (mid model call), W3 (mid tool), W4 (grace runs out), W6 (two
-signals, SIGTERM and SIGINT).
+docs/reliability.md rows: W1 (idle), W2 (mid model call), W3 (mid tool), W4 (grace runs out), W6
+(two signals, SIGTERM and SIGINT).
 
 Why this way: a rolling restart is signals and processes, so the test runs `chatops serve` and
 two `chatops worker` processes, sends SIGTERM to the one holding the analysis, and reads the

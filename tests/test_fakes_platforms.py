@@ -6,7 +6,7 @@ requests are checked with the platforms' own verifiers (slack_sdk's ``SignatureV
 slack-bolt's request parsing and dispatch, lark-oapi's ``AESCipher`` and event/card
 dispatchers); the fake APIs are driven only through the real ``AsyncWebClient`` and lark-oapi
 ``Client`` over loopback HTTP, never by calling their handlers directly. lark-oapi is imported
-inside the tests that need it because importing it costs seconds (DESIGN.md §7).
+inside the tests that need it because importing it costs seconds (docs/design.md §Platform facts).
 """
 
 from __future__ import annotations

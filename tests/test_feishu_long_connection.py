@@ -1,4 +1,4 @@
-"""Feishu long-connection mode (RELIABILITY F12), through lark-oapi's own frame handler.
+"""Feishu long-connection mode (docs/reliability.md F12), through lark-oapi's own frame handler.
 
 Why this way: the websocket client is lark's, so the test hands a real protobuf frame to the
 SDK's `_handle_data_frame` (on a thread with its own loop, as lark runs it) with our handler

@@ -1,4 +1,4 @@
-"""Fenced writes (RELIABILITY Q5): a writer whose lease moved on changes nothing.
+"""Fenced writes (docs/reliability.md Q5): a writer whose lease moved on changes nothing.
 
 Why this way: the fence is a property of Redis state (who holds the session's lease), so the
 test sets that state on a real Redis exactly as two workers would leave it, then drives the

@@ -1,10 +1,11 @@
 """Handcrafted histories for `agent_core.history` and each pass of `agent_core.repair`.
 
-Why table-driven, with literal histories: each row is one failure class from RELIABILITY.md
+Why table-driven, with literal histories: each row is one failure class from docs/reliability.md
 (H4 duplicate ids, H5 empty id, H6 text with calls, H7 displaced result, H8 orphan) written the
 way it shows up in a corrupted store, so a failing row names the provider rule that broke. The
-expected error texts are the providers' own (DESIGN.md §7), because operators grep logs for them.
-Random histories live in `test_repair_properties.py`; these pin the exact output of each pass.
+expected error texts are the providers' own (docs/design.md §Platform facts), because operators grep
+logs for them. Random histories live in `test_repair_properties.py`; these pin the exact output of
+each pass.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ SYSTEM = SystemMessage(content="You are an SRE assistant.")
 
 
 def set_based_closed(messages: list[Message]) -> bool:
-    """The naive check RELIABILITY.md H7 warns about: every call has a result *somewhere*."""
+    """The naive check docs/reliability.md H7 warns about: every call has a result *somewhere*."""
     calls = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
     results = {m.call_id for m in messages if isinstance(m, ToolMessage)}
     return calls == results

@@ -1,4 +1,4 @@
-"""Feishu ingress, RELIABILITY rows F1–F11, F13 and A9: encrypted, signed requests, a real Redis.
+"""Feishu ingress, rows F1–F11, F13 and A9: encrypted, signed requests, a real Redis.
 
 Why this way: lark-oapi's own dispatcher checks no time window and no nonce and answers 500 on
 a missing header or a wrong token, so the ingress does those checks itself; these tests prove
@@ -340,7 +340,7 @@ async def feishu_one_tenant(
 async def test_a9_an_event_for_another_app_is_acknowledged_and_dropped(
     feishu, redis_client, payload, caplog
 ) -> None:
-    """RELIABILITY A9: 200, so Feishu does not deliver it again; nothing written; no body logged."""
+    """A9: 200, so Feishu does not deliver it again; nothing written; no body logged."""
     caplog.set_level(logging.INFO, logger="bot")
     request = sealed(payload)
     response = await feishu.post("/feishu/events", request)
@@ -356,7 +356,7 @@ def _event_id(payload: dict[str, Any]) -> str:
 
 
 async def test_a9_a_card_press_for_another_app_stops_nothing(feishu, redis_client) -> None:
-    """RELIABILITY A9: a Stop press from another app's card is acknowledged and changes nothing."""
+    """A9: a Stop press from another app's card is acknowledged and changes nothing."""
     root = "om_root_a9_app"
     session, turn = await _started_turn(feishu, redis_client, root)
     foreign = await feishu.post("/feishu/card", sealed(_stop_press(root, turn, app_id=OTHER_APP)))
@@ -372,7 +372,7 @@ async def test_a9_a_card_press_for_another_app_stops_nothing(feishu, redis_clien
 async def test_a9_another_tenant_is_dropped_when_our_tenant_is_set(
     feishu_one_tenant, redis_client
 ) -> None:
-    """RELIABILITY A9 with `FEISHU_TENANT_KEY`: events and card callbacks of another tenant."""
+    """A9 with `FEISHU_TENANT_KEY`: events and card callbacks of another tenant."""
     feishu = feishu_one_tenant
     foreign = _naming(sg.feishu_message_receive(), tenant_key=OTHER_TENANT)
     assert (await feishu.post("/feishu/events", sealed(foreign))).status_code == 200
@@ -401,7 +401,7 @@ async def test_a9_another_tenant_is_dropped_when_our_tenant_is_set(
 
 
 async def test_a9_without_our_tenant_set_the_tenant_is_not_checked(feishu, redis_client) -> None:
-    """RELIABILITY A9: `FEISHU_TENANT_KEY` unset (documented): only the app id is compared."""
+    """A9: `FEISHU_TENANT_KEY` unset (documented): only the app id is compared."""
     other_tenant = _naming(sg.feishu_message_receive(), tenant_key=OTHER_TENANT)
     assert (await feishu.post("/feishu/events", sealed(other_tenant))).status_code == 200
     assert await stream_len(redis_client) == 1

@@ -1,4 +1,4 @@
-"""Slack ingress, RELIABILITY rows S1–S17: the real app, signed requests, a real Redis.
+"""Slack ingress, docs/reliability.md rows S1–S17: the real app, signed requests, a real Redis.
 
 Why this way: the webhook's promises (verify over the raw bytes, never 500, write before the 200,
 dedupe retries and twin deliveries, 503 so Slack retries when Redis cannot take an event) are
@@ -334,7 +334,7 @@ async def test_readyz_is_503_when_redis_is_unreachable(post) -> None:
 async def test_a_stop_cancels_a_request_sent_before_it_that_arrives_after_it(
     post, redis_client
 ) -> None:
-    """DESIGN.md invariant 4: a stop that arrives before its turn's start still wins."""
+    """docs/design.md §Invariants I4: a stop that arrives before its turn's start still wins."""
     down = unreachable_redis()
     thread = "1700000100.000100"
     mention = sg.slack_app_mention(ts=thread)

@@ -1,4 +1,4 @@
-"""No secret and no raw request body in any log record (RELIABILITY A10).
+"""No secret and no raw request body in any log record (docs/reliability.md A10).
 
 Why this way: a leak can come from any module a request passes through (ingress, adapters,
 queue, worker, actor, runtime, card publisher), so the test drives one signed Slack mention and

@@ -5,7 +5,7 @@ platform's calls and of the platform's failures into `bot.publishing.platform` e
 depend on how slack_sdk and lark-oapi really behave (which retry handlers run, what a 429 looks like
 once the SDK has parsed it, whether a non-2xx answer raises or returns), so the adapters are
 driven through the real `AsyncWebClient` and lark-oapi `Client` against the loopback fakes
-(STYLE.md 25), never against mocks of the SDKs. Failures come from the fakes' own simulation
+never against mocks of the SDKs. Failures come from the fakes' own simulation
 where it has them (unknown ts, recalled message, wrong token, unknown channel) and from scripted
 faults otherwise (429, 5xx, slow answers); "connection refused" is a closed loopback port. Cards
 are built directly, and the expected JSON comes from the pure renderers, so these tests pin the

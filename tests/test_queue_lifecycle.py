@@ -1,4 +1,4 @@
-"""The turns stream over a job's life: read, run, acknowledged and gone (RELIABILITY Q-rows).
+"""The turns stream over a job's life: read, run, acknowledged and gone (the Q rows).
 
 Why this way: the stream is the durable queue between the ingress and the workers, so its
 state is what the test reads back from the real Redis after the real ingress and worker have

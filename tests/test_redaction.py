@@ -1,4 +1,4 @@
-"""Secrets redaction (RELIABILITY A7): a table of texts with secrets and of look-alikes without.
+"""Secrets redaction (A7): a table of texts with secrets and of look-alikes without.
 
 Why this way: `redact` is a pure function over text, so a table states its contract best: each
 positive row names the secret that must vanish and the kind its marker must carry; each negative

@@ -1,4 +1,4 @@
-"""Property tests for history validation and repair (DESIGN.md §6, invariant 1).
+"""Property tests for history validation and repair (docs/design.md §Testing, §Invariants I1).
 
 Why Hypothesis: a corrupted store can hold any interleaving of messages, and the handcrafted
 cases in `test_history.py` only cover the corruptions we thought of. Three generators feed the
@@ -9,7 +9,8 @@ pushed into a tool block).
 
 Every message gets a unique tag (its content, or its call's arguments) after generation, so a
 property can follow one message or call through repair even when repair renames its id. The
-validator is also checked against the reference validator at the end of RELIABILITY.md.
+validator is also checked against the reference validator of docs/reliability.md §Reference
+validator.
 
 CI requires at least 1,000 examples per main property; histories stay short (≤ 16 messages),
 which keeps the file at a few seconds while still reaching every pass and every interaction
@@ -176,7 +177,7 @@ HISTORIES = st.one_of(SOUPS, valid_histories(), corrupted_histories())
 
 
 def reference_closed(messages: list[Message]) -> bool:
-    """The reference validator of RELIABILITY.md, ported from wire dicts to `Message`s."""
+    """The reference validator of docs/reliability.md, ported from wire dicts to `Message`s."""
     seen: set[str] = set()
     i = 0
     while i < len(messages):

@@ -1,4 +1,4 @@
-"""Resuming a turn whose worker died mid-batch, from the journal it left (DESIGN.md invariant 7).
+"""Resuming a turn whose worker died mid-batch, from the journal it left (invariant I7).
 
 Why this way: what a dead worker leaves is Redis state, so the test writes exactly that through
 the store (the turn begun, the batch journaled, one result journaled), then runs the same turn

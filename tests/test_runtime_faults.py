@@ -1,7 +1,7 @@
 """The runtime under faults: outside cancellation, Redis blips, odd tools, cut streams.
 
 Why this way: each test reproduces a failure found in review (of the runtime's own code, with
-real Redis and the real openai SDK), and asserts what DESIGN.md requires rather than what the
+real Redis and the real openai SDK), and asserts what docs/design.md requires rather than what the
 code happened to do. Models are in-process (`ScriptedModel` or a small scripted class) where the
 point is the loop's control flow, and the fake provider where the point is the wire.
 """

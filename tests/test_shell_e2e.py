@@ -1,4 +1,4 @@
-"""The `shell` tool in a worker, configured by its settings (X7, X8; RELIABILITY A3).
+"""The `shell` tool in a worker, configured by its settings (X7, X8; docs/reliability.md A3).
 
 Why this way: the tool is only as safe as the worker's wiring, so the test configures it the way
 an operator does (`CHATOPS_SHELL_ALLOWLIST`, and an operator profile for `echo` in the file

@@ -1,4 +1,4 @@
-"""The built-in `shell` tool running real programs (X4, RELIABILITY A3).
+"""The built-in `shell` tool running real programs (X4, docs/reliability.md A3).
 
 Why this way: the refusals have their own table (`test_shell_grammar.py`); here the programs
 are real ones on this machine (`cat`, `df` and `uptime` by their shipped profiles, `yes` through an

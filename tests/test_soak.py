@@ -1,4 +1,4 @@
-"""The soak: many analyses across two workers under a rolling SIGTERM/SIGKILL (RELIABILITY W8).
+"""The soak: many analyses across two workers under a rolling SIGTERM/SIGKILL (W8).
 
 Acceptance: 30 or more analyses across two workers with a rolling SIGTERM or SIGKILL every few
 seconds; at the end every analysis settled, every card final, zero histories rejected by the
@@ -26,7 +26,7 @@ What is read at the end, and where:
 - no finished tool re-run: a probe is finished once its result is in some model request's
   messages (the provider saw it in the history); a run of that probe arriving at the slow
   service after that first request is a violation. An interrupted probe may run again (it is
-  read-only, RELIABILITY W3/W4); only finished ones count.
+  read-only, docs/reliability.md W3/W4); only finished ones count.
 
 Marked slow and soak. The size is `CHATOPS_SOAK_ANALYSES` (default 30, the size CI runs); run
 with `-s` to see the one-line summary.

@@ -1,4 +1,4 @@
-"""The steer-eligibility policy and the authority table (DESIGN.md §4; STYLE.md §21).
+"""The steer-eligibility policy and the authority table (docs/design.md §Steer policy).
 
 Why this way: the policy is data over a small finite product (720 cells), so the tests walk all
 of it instead of sampling it. First totality: every cell has a decision, so an enum member added
@@ -7,7 +7,7 @@ source but a person ever steers, stops or approves; an edit never starts a turn;
 acts). Then the grid for people's messages is spelled out literally as the spec, and the
 situation tables in `docs/control-commands.md` are read and compared with the table, so the page
 users read cannot drift from the code. Last, end-to-end rows through `classify` with real
-`ChatEvent`s, named after the issue's policy tests and RELIABILITY.md rows, and the authority
+`ChatEvent`s, named after the issue's policy tests and docs/reliability.md rows, and the authority
 table (A5: the two-person rule). One Hypothesis property feeds random text through the control
 parser into the policy for every non-human source.
 """
@@ -108,7 +108,9 @@ def test_only_a_person_steers_stops_approves_or_pulls_the_kill_switch() -> None:
     assert [k for k in PRODUCT if k.author in MACHINES and POLICY[k] in acting] == []
 
 
-def test_own_posts_and_system_notices_are_never_input() -> None:  # S12, DESIGN.md §5
+def test_own_posts_and_system_notices_are_never_input() -> (
+    None
+):  # S12, docs/design.md §External contract
     assert {POLICY[k] for k in cells(author=A.SELF) + cells(author=A.SYSTEM)} == {D.IGNORE}
 
 
@@ -145,7 +147,9 @@ def test_a_kill_switch_command_never_steers_stops_or_approves() -> None:
     }
 
 
-def test_a_persons_stop_stops_in_every_thread_and_state() -> None:  # DESIGN.md §3 inv. 3, 4
+def test_a_persons_stop_stops_in_every_thread_and_state() -> (
+    None
+):  # docs/design.md §Invariants I3, I4
     for event in (K.MESSAGE, K.EDIT, K.ACTION):
         assert {POLICY[k] for k in cells(author=A.HUMAN, event=event, marker=M.STOP)} == {D.STOP}
 

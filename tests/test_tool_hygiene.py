@@ -1,4 +1,4 @@
-"""`guarded` tools (X9, X2; RELIABILITY A1, A7): results and failures quoted as untrusted data.
+"""`guarded` tools (X9, X2, A1, A7): results and failures quoted as untrusted data.
 
 Why this way: the wrapper is a pure function of a tool, so these tests call wrapped handlers
 directly with an in-memory context; that a retryable failure of a wrapped tool is retried is

@@ -1,4 +1,4 @@
-"""Tool output hygiene through the whole bot (RELIABILITY A1, A7), in one process.
+"""Tool output hygiene through the whole bot (docs/reliability.md A1, A7), in one process.
 
 Why this way: the promise is about what leaves the worker, so the test drives a signed Slack
 mention through the real ingress and worker (wired as in production, `guarded` toolset

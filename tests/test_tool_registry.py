@@ -6,8 +6,8 @@ stop during a retry's backoff starts nothing new) are about what the model sees 
 runs a real turn against the fake OpenAI provider, whose strict history check answers a broken
 history with the provider's 400: "the next request is a 200" is checked by the same rules
 production applies. Tools are small counting fakes; retries use tiny delays, and the one test that
-needs a long backoff waits on events, never on the clock. Rows of RELIABILITY.md are named in the
-tests' names and docstrings.
+needs a long backoff waits on events, never on the clock. Rows of docs/reliability.md are named in
+the tests' names and docstrings.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ async def answer_batch(
 
 
 async def test_a2_unknown_tool_and_schema_violations_answer_errors(make_runtime, fake_llm) -> None:
-    """RELIABILITY A2: rejected before execution (allowlist + schema), error tool results.
+    """docs/reliability.md A2: rejected before execution (allowlist + schema), error tool results.
 
     An unknown tool, a wrong type, a missing required field and an extra one are each answered
     with an error naming the problem; the handler never runs; the model's next request is a 200.
@@ -147,7 +147,7 @@ async def test_a2_unknown_tool_and_schema_violations_answer_errors(make_runtime,
 
 
 async def test_a2_valid_arguments_reach_the_handler(make_runtime, fake_llm) -> None:
-    """RELIABILITY A2, the other side: arguments that match the schema run the handler."""
+    """docs/reliability.md A2, the other side: arguments that match the schema run the handler."""
     typed = Counting("count_pods", parameters=COUNT_SCHEMA)
     _, results = await answer_batch(
         make_runtime, fake_llm, typed.tool, fp.ToolCall("count_pods", {"count": 3})
@@ -160,7 +160,7 @@ async def test_a2_valid_arguments_reach_the_handler(make_runtime, fake_llm) -> N
 
 
 async def test_h2_invalid_json_in_a_parallel_batch_answers_every_id(make_runtime, fake_llm) -> None:
-    """RELIABILITY H2: the bad call gets an error result, the others run, all ids answered."""
+    """H2: the bad call gets an error result, the others run, all ids answered."""
     probe = Counting("probe")
     _, results = await answer_batch(
         make_runtime,
@@ -247,7 +247,7 @@ class FixedDelay(RetryPolicy):
 async def test_stop_during_backoff_starts_no_new_attempt(
     make_runtime, fake_llm, redis_client, interruptibility: Interruptibility, answer: str
 ) -> None:
-    """DESIGN §3 invariant 3 during a retry: a stop in the backoff starts no new attempt.
+    """docs/design.md §Invariants I3 during a retry: a stop in the backoff starts no new attempt.
 
     The call is answered (the batch closes, the history stays valid) and no model request
     follows.

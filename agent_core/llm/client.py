@@ -3,7 +3,7 @@
 Retries: the openai SDK already retries connection errors, 408, 409, 429 and 5xx with exponential
 backoff (honouring `Retry-After`) and never retries other 4xx; we rely on it (`max_retries`) rather
 than layering a second retry loop. A 400 is never retried here: when it is about the history, the
-run loop repairs once and retries once (DESIGN.md §7).
+run loop repairs once and retries once (docs/design.md §Platform facts).
 
 Import cost: `openai` is imported when a model is used, not with `agent_core`, so the
 processes that never call a model (the ingress, the scheduler, the CLI) do not pay for it.
@@ -32,8 +32,9 @@ __all__ = ["ChatModel", "DeltaSink", "ModelResponse", "OpenAIChatModel", "Usage"
 DeltaSink = Callable[[str], Awaitable[None]]
 """Receives streamed text deltas as they arrive."""
 
-# Substrings of the providers' 400 messages about broken tool-call histories (DESIGN.md §7):
-# unanswered or duplicate call ids, orphan tool messages, empty ids, Anthropic's tool_use blocks.
+# Substrings of the providers' 400 messages about broken tool-call histories (docs/design.md
+# §Platform facts): unanswered or duplicate call ids, orphan tool messages, empty ids, Anthropic's
+# tool_use blocks.
 _HISTORY_MARKERS = ("tool_call", "role 'tool'", "tool_use", "tool_result")
 # Statuses the SDK retries itself; when they still fail, the provider is unavailable.
 _TRANSIENT = frozenset({408, 409, 429})

@@ -129,8 +129,8 @@ def _synthetic_id(salt: str, index: int) -> str:
 def unique_call_ids(calls: Iterable[ToolCall], taken: set[str]) -> tuple[ToolCall, ...]:
     """Rename calls whose id is already in `taken` (or repeated in `calls`) to `{id}~N`.
 
-    Models occasionally reuse an id within one response or across turns (RELIABILITY H4); the
-    wire cannot tell two calls with one id apart, so the second is renamed before it is ever
+    Models occasionally reuse an id within one response or across turns (docs/reliability.md H4);
+    the wire cannot tell two calls with one id apart, so the second is renamed before it is ever
     persisted. `taken` is updated with every id returned.
     """
     out = []

@@ -1,4 +1,4 @@
-"""The grammar a `shell` command must fit before it runs (X7, X8; RELIABILITY A3), as pure checks.
+"""The grammar a `shell` command must fit before it runs (X7, X8, A3), as pure checks.
 
 Contract: `check_syntax` refuses shell syntax in the raw line (no shell runs it, and a model that
 writes `;` or `$(` means something a plain exec would not do). `parse_command` then walks the

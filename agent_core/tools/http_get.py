@@ -1,8 +1,8 @@
 """The built-in `http_get` tool: a read-only HTTP GET limited to allowlisted hosts and addresses.
 
-Contract (DESIGN.md §5): one argument `url`; read-only; interruptible; only URLs that
-`CHATOPS_HTTP_ALLOWLIST` admits (host names, `host:port`, IP addresses and CIDR ranges; see
-`agent_core.tools.address_policy`), connected at the address that was checked; a refused URL is
+Contract (docs/design.md §External contract): one argument `url`; read-only; interruptible; only
+URLs that `CHATOPS_HTTP_ALLOWLIST` admits (host names, `host:port`, IP addresses and CIDR ranges;
+see `agent_core.tools.address_policy`), connected at the address that was checked; a refused URL is
 a clear tool error the model reads, never an exception that ends the turn. Redirects are not
 followed.
 

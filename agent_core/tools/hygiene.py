@@ -1,7 +1,7 @@
 """Tool output hygiene: all a tool returns or raises is quoted as data before anyone reads it.
 
-Contract (docs/reliability.md X2, X9; RELIABILITY A1, A7): a tool wrapped by `guarded` returns
-its text through `agent_core.untrusted.quote_untrusted`: capped, redacted, inside one
+Contract (docs/reliability.md X2, X9; docs/reliability.md A1, A7): a tool wrapped by `guarded`
+returns its text through `agent_core.untrusted.quote_untrusted`: capped, redacted, inside one
 `<tool_output tool="…">…</tool_output>` block after a note saying it is untrusted data. Its
 failures go the same way: a `ToolFailed`, or any other exception (as `TypeName: message`),
 becomes a `QuotedFailure` reading `<tool> failed.`, the note and a `<tool_error>` block, and

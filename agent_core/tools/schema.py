@@ -3,8 +3,8 @@
 Each tool's schema is checked and compiled once, when its `Toolset` is built: a tool whose schema
 is itself invalid is a `ConfigError` at construction, never a surprise mid-turn. A call whose
 arguments break the schema raises `ToolFailed` naming the failing field (a JSON path) and the rule,
-so the model reads what to fix (RELIABILITY A2); no traceback and no argument value beyond a short
-excerpt reaches it.
+so the model reads what to fix (docs/reliability.md A2); no traceback and no argument value beyond a
+short excerpt reaches it.
 """
 
 from __future__ import annotations

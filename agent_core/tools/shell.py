@@ -1,9 +1,9 @@
 """The built-in `shell` tool: profiled, read-only commands run without a shell (X4, X7, X8).
 
-Contract (issue 7, issue 15; RELIABILITY A3): one argument `command`, checked for shell syntax,
-split with `shlex` (POSIX rules) and run with `exec`, never through `/bin/sh`, with stdin closed
-and an environment of `PATH` (plus what the caller passes explicitly) so no secret of the bot's
-process reaches the child. A command runs only when its program's profile admits every token
+Contract (issue 7, issue 15; docs/reliability.md A3): one argument `command`, checked for shell
+syntax, split with `shlex` (POSIX rules) and run with `exec`, never through `/bin/sh`, with stdin
+closed and an environment of `PATH` (plus what the caller passes explicitly) so no secret of the
+bot's process reaches the child. A command runs only when its program's profile admits every token
 (`command_rules.parse_command`: subcommands, flags with their value shapes, operands) and the
 `CommandAllowlist` enables that command; any refusal is a `ToolFailed` naming the reason, and
 nothing executes.

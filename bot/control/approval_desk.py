@@ -1,7 +1,7 @@
 """The approval desk: decides Approve and Deny presses, and expires requests nobody decided.
 
 A press names one waiting call (`<call id>|<digest of its arguments>`, the button's value) of
-the session whose card it is on. It is accepted only when all of these hold (RELIABILITY A4,
+the session whose card it is on. It is accepted only when all of these hold (docs/reliability.md A4,
 A5, S17, F13), else it is refused, the refusal goes on the record, and the call keeps waiting:
 
 - the call is waiting for a decision (a replay, or a press on a decided call, changes nothing);
@@ -11,7 +11,7 @@ A5, S17, F13), else it is refused, the refusal goes on the record, and the call 
 - the kill switch is off, for an approval (a denial is always taken);
 - the person may decide: approving needs a configured responder (`CHATOPS_RESPONDERS`), and a
   destructive call may not be approved by the person who asked for the analysis, nor by anyone
-  whose redirect or answer reached it (two-person rule, RELIABILITY A5, X11: the session's
+  whose redirect or answer reached it (two-person rule, docs/reliability.md A5, X11: the session's
   participants, `BotKeys.participants`, written by the submit script that accepted each of
   them); denying is open to responders and to that person.
 

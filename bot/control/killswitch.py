@@ -11,7 +11,7 @@ Operators pull it with `chatops killswitch`, or in chat: an admin (`CHATOPS_ADMI
 the bot with `killswitch on|off|status` (`bot.policy.control_phrases`), and the ingress hands the
 command to `KillSwitchDesk` right after routing it. Admins are platform-qualified
 (`slack:U0123`, `console:alice`; `bot.people`): a console user is never a Slack or Feishu admin,
-whatever id it claims (RELIABILITY X10). A person who is not an admin changes nothing; the
+whatever id it claims (docs/reliability.md X10). A person who is not an admin changes nothing; the
 refusal is logged. The ingress posts nothing to the platform (it acks within 3 s),
 so what people see in the thread is the stopped cards; the desk's answer is the body of the
 webhook's response, which the platforms do not show.

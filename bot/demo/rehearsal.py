@@ -42,7 +42,7 @@ REHEARSAL_MODEL = "chatops-rehearsal"
 LABEL = "[rehearsal] "
 """The prefix of every answer text."""
 TOOL_NAME = "http_get"
-"""The only tool the script calls (DESIGN.md §5)."""
+"""The only tool the script calls (docs/design.md §External contract)."""
 
 
 @dataclass(frozen=True)

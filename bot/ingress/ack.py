@@ -1,8 +1,8 @@
 """The ack: a route's body read, its event handed to intake within the budget, and the answers.
 
-Contract: an event is written to Redis before the 200 goes out (DESIGN.md invariant 8); when
+Contract: an event is written to Redis before the 200 goes out (docs/design.md §Invariants I8); when
 Redis cannot take it within the budget the answer is 503 without `X-Slack-No-Retry`, so the
-platform delivers it again (RELIABILITY S10, S14). A rejected request gets its own status
+platform delivers it again (docs/reliability.md S10, S14). A rejected request gets its own status
 (`RequestRejected.status`) and a generic body; a 400 to Slack says not to retry.
 """
 

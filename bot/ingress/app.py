@@ -1,12 +1,12 @@
 """The HTTP ingress: verify → normalize → decide → enqueue → ack, within the platform deadline.
 
-Contract (DESIGN.md invariant 8): an event is written to Redis before the 200 goes out; when
-Redis cannot take it in time the answer is 503, so the platform delivers it again (RELIABILITY
-S10, S14). A request that fails verification gets 401, a malformed one 400 (text that cannot be
-encoded too: `bot.adapters.untrusted_json`, X14), an oversized one 413 and a body not received
-within `CHATOPS_BODY_READ_TIMEOUT_S` 408, both before any signature work and with the connection
-closed (`bot.ingress.body_limits`, X13); never a 500, and bodies are generic. No model or tool
-work happens in the request.
+Contract (docs/design.md §Invariants I8): an event is written to Redis before the 200 goes out; when
+Redis cannot take it in time the answer is 503, so the platform delivers it again
+(docs/reliability.md S10, S14). A request that fails verification gets 401, a malformed one 400
+(text that cannot be encoded too: `bot.adapters.untrusted_json`, X14), an oversized one 413 and a
+body not received within `CHATOPS_BODY_READ_TIMEOUT_S` 408, both before any signature work and with
+the connection closed (`bot.ingress.body_limits`, X13); never a 500, and bodies are generic. No
+model or tool work happens in the request.
 
 This module builds the app and runs its lifespan: the settings checked before anything is
 served, the clients opened (and closed when it owns them), Slack's Socket Mode and Feishu's long
@@ -170,7 +170,7 @@ async def _slack_identity(settings: Settings) -> SlackIdentity | None:
 
 
 def _check_feishu(settings: Settings) -> None:
-    """Refuse to run Feishu without encryption and a verification token (RELIABILITY F2)."""
+    """Refuse to run Feishu without encryption and a verification token (docs/reliability.md F2)."""
     if not settings.feishu_app_id:
         return
     if settings.feishu_encrypt_key is None or settings.feishu_verification_token is None:

@@ -1,6 +1,6 @@
 """Every request body read under a deadline and a size limit before any route sees it.
 
-Contract (fault matrix X13, RELIABILITY S16), for every HTTP request the ingress serves:
+Contract (fault matrix X13, docs/reliability.md S16), for every HTTP request the ingress serves:
 
 - a declared `Content-Length` over the limit is answered 413 at once, the body unread;
 - the body is counted as it streams, and answered 413 as soon as it passes the limit;

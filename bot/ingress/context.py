@@ -3,7 +3,7 @@
 Contract: every Redis command the ingress sends runs under a deadline of its caller's (the
 `ACK_BUDGET_S` of a request, readyz's 1 s, `REDIS_CALL_S` for work no request waits on), never
 under redis-py's own socket timeout (`ingress_redis`). Bodies past `MAX_BODY_BYTES` are refused
-before any signature work (RELIABILITY S16).
+before any signature work (docs/reliability.md S16).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ log = logging.getLogger("bot.ingress.app")  # the logger name the ingress's log 
 NONCE_TTL_S = 600
 """Feishu nonces are remembered for twice the ±5-minute window, so no replay fits in it."""
 MAX_BODY_BYTES = 1_000_000
-"""Larger bodies are refused with 413 before any signature work (RELIABILITY S16)."""
+"""Larger bodies are refused with 413 before any signature work (docs/reliability.md S16)."""
 ACK_BUDGET_S = 2.5
 """Time allowed for the Redis work of one request; the platforms give up after 3 s."""
 REDIS_CALL_S = 5.0

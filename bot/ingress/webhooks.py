@@ -1,11 +1,11 @@
 """The platforms' routes: Slack's events, Feishu's events and card callbacks, the console's events.
 
-Contract: verify → normalize → decide → enqueue → ack, within the platform deadline (STYLE.md
-§20). A route whose platform is not configured answers 404; a request that fails verification
-401, a malformed one 400 (`bot.adapters.untrusted_json`, X14), both counted by platform and
-status. Feishu's verification and write share one `ACK_BUDGET_S`, and a nonce is forgotten when
-its event was not written, so a redelivery of the same bytes is not taken for a replay. No model
-or tool work happens in the request.
+Contract: verify → normalize → decide → enqueue → ack, within the platform deadline
+(docs/design.md §External contract). A route whose platform is not configured answers 404; a request
+that fails verification 401, a malformed one 400 (`bot.adapters.untrusted_json`, X14), both counted
+by platform and status. Feishu's verification and write share one `ACK_BUDGET_S`, and a nonce is
+forgotten when its event was not written, so a redelivery of the same bytes is not taken for a
+replay. No model or tool work happens in the request.
 """
 
 from __future__ import annotations

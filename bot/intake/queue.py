@@ -4,7 +4,7 @@ Every route is one Lua script that first checks the event's dedupe markers (the 
 id, and for messages the (channel, message id) pair, since Slack sends `app_mention` and
 `message` for one mention), then writes, then sets the markers. Nothing is marked seen unless
 it was written, so a delivery that failed before its write (Redis down → 503) is processed when
-the platform retries (RELIABILITY S10); two concurrent deliveries cannot both write (S9).
+the platform retries (docs/reliability.md S10); two concurrent deliveries cannot both write (S9).
 
 Routes:
 - `start`: a turn job on the turns stream (read by workers through a consumer group), and the

@@ -13,7 +13,7 @@ lease index (`BotKeys.leases`, scored by expiry) still names the session. Each s
    that ends an analysis's wait queues its continuation, which answers the call "approval expired".
 
 Every step is idempotent, so two reapers (or one that crashed half-way) finish the same work
-without doing it twice (RELIABILITY C10). A turn whose lease expired is first left to the
+without doing it twice (docs/reliability.md C10). A turn whose lease expired is first left to the
 workers for `RESUME_GRACE_S` (one of them reclaims and resumes it on the same card, C4); a card
 is therefore final at the latest one lease TTL plus that grace plus one sweep interval after its
 worker's last heartbeat (C3).

@@ -3,8 +3,8 @@
 Any number of scheduler processes may run; each job run first takes or renews a leader lock in
 Redis (`SET NX PX`, renewed only by its holder through a compare-and-set script), and a process
 that is not the leader skips the run. A leader that dies loses the lock after its expiry and
-another takes over at its next tick. The jobs are idempotent anyway (RELIABILITY C10), so the
-lock saves work rather than guarding correctness.
+another takes over at its next tick. The jobs are idempotent anyway (docs/reliability.md C10), so
+the lock saves work rather than guarding correctness.
 
 Jobs: the reaper's sweep (`bot.ops.reaper`), every `interval_s`; and the operators' scheduled jobs
 (`bot.ops.scheduled_jobs`), which every scheduler fires without the lock: each run is claimed once

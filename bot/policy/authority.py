@@ -7,7 +7,7 @@ a Slack or Feishu user's roles.
 
 The two-person rule (`TWO_PERSON`): the second person is neither the one who asked for the
 analysis nor anyone who took part in it (`PARTICIPANTS`: whose redirect or answer reached it,
-RELIABILITY X11). A call nobody asked for (a scheduled job's run) has no first person, so it
+docs/reliability.md X11). A call nobody asked for (a scheduled job's run) has no first person, so it
 needs two distinct approvers instead (`approvals_needed`, X12).
 """
 
@@ -78,7 +78,7 @@ AUTHORITY: Final[Mapping[Action, frozenset[Role]]] = MappingProxyType(
 """The default authority table: which roles may take each action."""
 
 TWO_PERSON: Final[frozenset[Action]] = frozenset({Action.APPROVE_DESTRUCTIVE})
-"""Actions the person who asked for them may not approve themselves (RELIABILITY.md A5), nor
+"""Actions the person who asked for them may not approve themselves (docs/reliability.md A5), nor
 anyone who took part in the analysis (`PARTICIPANTS`, X11)."""
 
 PARTICIPANTS: Final[frozenset[Role]] = frozenset({Role.INITIATOR, Role.PARTICIPANT})

@@ -1,4 +1,4 @@
-"""The steer-eligibility policy (DESIGN.md §4), and which of its decisions need authority.
+"""The steer-eligibility policy (docs/design.md), and which of its decisions need authority.
 
 Contract: every inbound event is classified by one pure lookup in `POLICY`, a frozen mapping over
 the full product (author kind × event kind × thread relation × run state × marker) to a
@@ -12,7 +12,7 @@ product, so an enum member added without a row fails. The principles the rows en
 - A plain reply steers only while the thread's session has a turn live or queued; otherwise a
   person needs the explicit marker, an @mention, to start one.
 - A stop is never dropped: it is recorded in any state (a tombstone also covers a request sent
-  before the stop that reaches the bot after it, DESIGN.md §3 invariant 4).
+  before the stop that reaches the bot after it, docs/design.md §Invariants I4).
 - An edit reads like a new reply but never starts a turn; a deletion does nothing.
 - A person's @mention whose whole text is a kill switch command goes to the kill switch, in any
   thread and state: it is never a steer or a start, and only an admin may pull it.
@@ -150,7 +150,7 @@ human               action        *           *               kill_switch       
 other_bot|subagent  action        *           *               *                         ignore
 scheduler           action        *           *               *                         ignore
 # A person's stop is never dropped: with nothing running it still tombstones a request sent
-# before it that reaches the bot later (DESIGN.md §3 invariant 4).
+# before it that reaches the bot later (docs/design.md §Invariants I4).
 human               message|edit  *           *               stop                      stop
 # The kill switch is an admin's command to the whole bot, never a session's input: it goes to
 # the switch (which checks the person is an admin) whatever the thread and state. An edit never

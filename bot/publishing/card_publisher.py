@@ -1,6 +1,6 @@
 """The card publisher: gets the progress card of one analysis onto the platform, truthfully.
 
-Contract (DESIGN.md invariant 6, RELIABILITY C1-C8):
+Contract (docs/design.md §Invariants I6, docs/reliability.md C1-C8):
 - One card per analysis: posted once in the thread, then updated. A continuing analysis (a
   redirected turn's follow-up, a turn resumed on another worker) reuses the card it finds in the
   session's card record, as long as that card is not final.

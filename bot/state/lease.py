@@ -4,8 +4,8 @@ A worker takes a session's lease before it runs a turn of it and keeps it alive 
 the lease expires `ttl` after the last one, so a worker that died (SIGKILL, a lost node) frees the
 session on its own. Every lease taken gets a larger fencing token from a per-session counter, and
 every durable write a worker makes for the session (settle, card state) carries its token and is
-refused once the lease has moved on: Redis's own `XACK` checks no owner (DESIGN.md §7), so the
-fence is ours.
+refused once the lease has moved on: Redis's own `XACK` checks no owner (docs/design.md §Platform
+facts), so the fence is ours.
 
 The lease key doubles as the ingress's "a turn is live" marker (`BotKeys.live_turn`), and every
 lease is indexed by expiry in one sorted set, so the reaper finds expired ones without scanning.

@@ -1,7 +1,7 @@
 """The settle writer and the four books: how every claimed turn is accounted for, once.
 
-DESIGN.md invariant 5: every claimed turn settles exactly once, durably, with a reason. What a
-turn means downstream is decided here from the runtime's stamp, never guessed from the answer:
+docs/design.md §Invariants I5: every claimed turn settles exactly once, durably, with a reason. What
+a turn means downstream is decided here from the runtime's stamp, never guessed from the answer:
 
 - `settles`, the durable settle: every claimed turn.
 - `automation`, turns that did the job: completed with a non-empty answer; never a steered,

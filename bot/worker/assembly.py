@@ -2,7 +2,7 @@
 
 The Redis client, the platforms' card clients, the model client and the HTTP client of the
 tools are opened here and closed when the caller's context ends; the production profile's
-startup check (RELIABILITY Q2) runs before anything is read.
+startup check (docs/reliability.md Q2) runs before anything is read.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def worker_redis(url: str) -> aioredis.Redis:
     retried after a timeout may run twice. Without it a command waits for its answer (it is
     sent once); every blocking command carries a server-side timeout of its own, cleanup is
     bounded by the caller, and a holder that waits past its lease is fenced off when it
-    resumes (RELIABILITY Q5, Q11). A peer that is really gone is found by the kernel, which
+    resumes (docs/reliability.md Q5, Q11). A peer that is really gone is found by the kernel, which
     a paused but living server still answers: keepalive probes on an idle connection, and
     `TCP_USER_TIMEOUT` for a command whose bytes are never acknowledged, both in about half a
     minute. A URL that sets `socket_timeout` still wins.

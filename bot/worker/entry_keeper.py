@@ -2,8 +2,8 @@
 
 While a job runs, or waits for its session, its worker resets the entry's idle time every third
 of the lease TTL (`TurnStream.keep`), so idle workers neither take a long job over nor count
-their attempts towards the dead letters (RELIABILITY Q8); once the session's lease is taken, it
-is renewed on the same beat until the body ends, also after the actor's own heartbeat stopped:
+their attempts towards the dead letters (docs/reliability.md Q8); once the session's lease is taken,
+it is renewed on the same beat until the body ends, also after the actor's own heartbeat stopped:
 a final card that takes long to deliver must not let the lease expire before the entry is
 acknowledged (the acknowledgement is fenced by the lease).
 """

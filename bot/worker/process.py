@@ -241,7 +241,7 @@ class Worker:
         return lease
 
     async def _dead_letter(self, entry: Entry, job: TurnJob, lease: Lease, deliveries: int) -> None:
-        """Set aside a job that keeps killing its workers (RELIABILITY Q7), and say so."""
+        """Set aside a job that keeps killing its workers (docs/reliability.md Q7), and say so."""
         reason = f"could not be run: its worker stopped {deliveries - 1} times while running it"
         log.error("turn %s dead-lettered after %d deliveries", job.turn_id, deliveries)
         try:

@@ -1,9 +1,9 @@
 """The workers' side of the turns stream: read, take over, count deliveries, acknowledge.
 
-Redis's own `XACK` checks no owner (DESIGN.md §7): a worker paused past its lease (a "zombie")
-would acknowledge an entry that another worker took over and is still running. So the
+Redis's own `XACK` checks no owner (docs/design.md §Platform facts): a worker paused past its lease
+(a "zombie") would acknowledge an entry that another worker took over and is still running. So the
 acknowledgement of a job's entry is one script that first checks the session's lease still
-carries the acknowledging worker's fencing token (RELIABILITY Q5). Done entries are deleted,
+carries the acknowledging worker's fencing token (docs/reliability.md Q5). Done entries are deleted,
 not just acknowledged, so the stream holds only work not yet done (Q10).
 
 `XAUTOCLAIM` also reports entries that were deleted while pending (trimmed by an operator, or
@@ -64,8 +64,8 @@ class TurnStream:
         """Take over (at most one) entry pending longer than `min_idle_ms` on any consumer.
 
         `XAUTOCLAIM` is lock-free and atomic: of two workers claiming at once exactly one gets
-        an entry (RELIABILITY Q6), and a claimer that dies leaves nothing held (Q4). Each call
-        scans a bounded part of the pending list and goes on where the last one stopped, so
+        an entry (docs/reliability.md Q6), and a claimer that dies leaves nothing held (Q4). Each
+        call scans a bounded part of the pending list and goes on where the last one stopped, so
         an abandoned entry behind many live ones is reached too. Returns the entries and
         whether the scan went through the whole list.
         """
@@ -94,8 +94,8 @@ class TurnStream:
         """Reset the entry's idle time while its job runs (or waits for its session's lease).
 
         `XCLAIM … JUSTID` with no minimum idle time: the entry stays `consumer`'s and its
-        delivery count is unchanged, so a long job is neither taken over (RELIABILITY Q8) nor
-        counted towards the dead letters by the takeover attempts of idle workers.
+        delivery count is unchanged, so a long job is neither taken over (docs/reliability.md Q8)
+        nor counted towards the dead letters by the takeover attempts of idle workers.
         """
         k = self._keys
         with map_redis_errors("keep turn"):

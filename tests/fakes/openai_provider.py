@@ -6,10 +6,10 @@ SSE parsing, retries and stream cancellation runs the SDK's own code. Only the m
 
 Contract:
 
-* Every request's ``messages`` is checked with the strictest provider rules (DESIGN.md §3
-  invariant 1, §7) before anything else. A broken history gets the real OpenAI 400 error body
-  (wording and ``param`` copied from real API responses quoted in public issue threads), is
-  recorded, and does not consume a scripted reply.
+* Every request's ``messages`` is checked with the strictest provider rules (docs/design.md
+  §Invariants I1, §Platform facts) before anything else. A broken history gets the real OpenAI 400
+  error body (wording and ``param`` copied from real API responses quoted in public issue threads),
+  is recorded, and does not consume a scripted reply.
 * Otherwise the next scripted reply is consumed FIFO, one per request. When the script is
   empty the answer is a 500 that says so, with ``x-should-retry: false`` so the SDK does not
   retry it: a test that makes an unexpected request fails at once and loudly.

@@ -1,16 +1,17 @@
 """Requests into the bot, built, signed and (for Feishu) encrypted the way the platforms do it.
 
-Slack (DESIGN.md §7, RELIABILITY.md "Signers"): the body is sent as raw bytes, either Events API
-JSON or, for interactivity, ``application/x-www-form-urlencoded`` ``payload=<urlencoded JSON>``;
-``X-Slack-Signature`` is ``v0=`` + HMAC-SHA256 of ``v0:{timestamp}:{body}``, computed here with
-slack_sdk's own ``SignatureVerifier.generate_signature`` so the tests and the SDK cannot drift.
+Slack (docs/design.md §Platform facts, docs/reliability.md §Harness (Signers)): the body is sent as
+raw bytes, either Events API JSON or, for interactivity, ``application/x-www-form-urlencoded``
+``payload=<urlencoded JSON>``; ``X-Slack-Signature`` is ``v0=`` + HMAC-SHA256 of
+``v0:{timestamp}:{body}``, computed here with slack_sdk's own
+``SignatureVerifier.generate_signature`` so the tests and the SDK cannot drift.
 
 Feishu/Lark: the JSON payload is encrypted as ``{"encrypt": base64(iv + AES-256-CBC(PKCS7(json)))}``
 with key ``sha256(encrypt_key)`` and a random 16-byte IV; ``X-Lark-Signature`` is the hex SHA-256
 of ``timestamp + nonce + encrypt_key + body`` (the body bytes as sent). Both were checked against
 lark-oapi 1.7.5 (``lark_oapi/core/utils/decryptor.py::AESCipher`` and
-``lark_oapi/event/dispatcher_handler.py::_verify_sign``). Legacy card callbacks (RELIABILITY F14)
-are signed with SHA-1 over ``timestamp + nonce + verification_token + body``
+``lark_oapi/event/dispatcher_handler.py::_verify_sign``). Legacy card callbacks (docs/reliability.md
+F14) are signed with SHA-1 over ``timestamp + nonce + verification_token + body``
 (``lark_oapi/card/action_handler.py::_verify_sign``).
 
 Payload builders return plain dicts shaped like the platforms' documented examples (Slack's
@@ -160,7 +161,7 @@ def _body_bytes(body: bytes | str | Mapping[str, Any]) -> bytes:
     if isinstance(body, str):
         return body.encode()
     # Slack sends compact JSON and escapes nothing it does not have to; the signature is over
-    # these exact bytes, so a verifier must never re-serialise (RELIABILITY S6).
+    # these exact bytes, so a verifier must never re-serialise (docs/reliability.md S6).
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 

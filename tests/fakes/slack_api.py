@@ -2,8 +2,8 @@
 
 Tests point ``slack_sdk.web.async_client.AsyncWebClient(token=..., base_url=fake.base_url)`` at
 a Starlette app served by uvicorn on a daemon thread, so request building, aiohttp, response
-parsing and ``SlackApiError`` all run the SDK's own code (STYLE.md 25; neither Slack SDK takes
-an httpx transport). ``base_url`` ends with ``/api/`` like ``https://slack.com/api/``: slack_sdk
+parsing and ``SlackApiError`` all run the SDK's own code (neither Slack SDK takes an
+httpx transport). ``base_url`` ends with ``/api/`` like ``https://slack.com/api/``: slack_sdk
 ``urljoin``s the method name onto it, so a base URL without the trailing slash would lose its
 last segment.
 

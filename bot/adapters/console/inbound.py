@@ -21,7 +21,7 @@ refused, so a client's typo is a 400 rather than a silently dropped field):
 Identity: the token proves only that a console sent the request, so `user` is whatever the
 client says. Inside the bot it is `console:<user>` (`ChatEvent.person`), so it never equals a
 Slack or Feishu user, and a bare id in `CHATOPS_ADMINS`/`CHATOPS_RESPONDERS` never matches it
-(`bot.people`, RELIABILITY X10). A `user` containing `:` (`slack:U0123`, `console:alice`) is
+(`bot.people`, docs/reliability.md X10). A `user` containing `:` (`slack:U0123`, `console:alice`) is
 refused with a 400: it would read as another platform's id to a person, and stays unambiguous
 this way.
 """

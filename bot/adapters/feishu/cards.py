@@ -19,7 +19,7 @@ Contract:
 * lark-oapi never retries; the publisher owns retries and coalesces updates while rate limited.
 
 Only `bot/adapters/feishu*.py` import lark_oapi; the worker imports this module only when
-Feishu is configured (importing lark_oapi costs seconds, DESIGN.md §7).
+Feishu is configured (importing lark_oapi costs seconds, docs/design.md §Platform facts).
 """
 
 from __future__ import annotations

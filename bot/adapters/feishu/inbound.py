@@ -2,15 +2,15 @@
 
 The only module (with the Feishu client) that imports `lark_oapi`, and only when Feishu is
 configured: `import lark_oapi` costs 1.6–3 s and about 170 MB. We use the SDK's `AESCipher` to
-decrypt, and do the checks the SDK leaves out ourselves (DESIGN.md §7): its dispatcher checks no
-time window and no nonce, compares signatures non-constant-time, and surfaces a missing header
-or a wrong token as a 500. Here every such failure is a 401 and every undecodable body a 400,
-with a generic body (RELIABILITY F3–F10).
+decrypt, and do the checks the SDK leaves out ourselves (docs/design.md §Platform facts): its
+dispatcher checks no time window and no nonce, compares signatures non-constant-time, and surfaces a
+missing header or a wrong token as a 500. Here every such failure is a 401 and every undecodable
+body a 400, with a generic body (docs/reliability.md F3–F10).
 
 Feishu does not sign the `url_verification` challenge (the SDK accepts it on the token alone),
 so an unsigned request is accepted only when it decrypts to a challenge with the right token.
 
-An authentic request that names another app or tenant (RELIABILITY A9: an Encrypt Key shared
+An authentic request that names another app or tenant (docs/reliability.md A9: an Encrypt Key shared
 between apps, or a second app pointed at this URL) opens to nothing: the ingress acknowledges it,
 so Feishu does not deliver it again, and acts on nothing.
 """
@@ -121,7 +121,7 @@ class FeishuVerifier:
     def _check_signature(
         self, body: bytes, headers: Mapping[str, str], now: float, *, card: bool
     ) -> str:
-        """Return `v2`, `legacy` (a SHA-1 card callback, RELIABILITY F14) or `` (unsigned)."""
+        """Return `v2`, `legacy` (a SHA-1 card callback, F14) or `` (unsigned)."""
         names = ("x-lark-request-timestamp", "x-lark-request-nonce", "x-lark-signature")
         timestamp, nonce, signature = (headers.get(name, "") for name in names)
         if not (timestamp or nonce or signature):
@@ -163,7 +163,7 @@ class FeishuVerifier:
 
 
 def _foreign(payload: Mapping[str, Any], identity: FeishuIdentity) -> bool:
-    """Whether an authentic payload names another app or tenant (RELIABILITY A9); logs it.
+    """Whether an authentic payload names another app or tenant (docs/reliability.md A9); logs it.
 
     Schema 2.0 events and card callbacks name both in `header`; v1 events in `event`; legacy
     card callbacks name only the tenant, at the top level. The card operator's own

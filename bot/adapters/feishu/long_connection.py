@@ -4,8 +4,8 @@ lark-oapi's websocket client is synchronous: `start()` blocks its thread and run
 event loop. It runs in a daemon thread here, and its handler only normalizes and enqueues: the
 write is handed to the app's event loop and awaited for at most the ack budget. If the write
 fails or is late the handler raises, the SDK answers the frame with 500, and Feishu delivers the
-event again (RELIABILITY F12). Events arrive decrypted and authenticated by the connection, so
-there is no signature to check; dedupe still applies (the same `header.event_id`).
+event again (docs/reliability.md F12). Events arrive decrypted and authenticated by the connection,
+so there is no signature to check; dedupe still applies (the same `header.event_id`).
 
 lark-oapi has no way to stop a started client: the thread ends with the process.
 """

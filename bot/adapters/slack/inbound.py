@@ -2,8 +2,8 @@
 
 The only module (with the Slack client) that imports `slack_sdk`. We use slack_sdk's
 `SignatureVerifier` for the HMAC itself, and do not run slack-bolt's request pipeline on the
-webhook path: bolt answers 500 on a non-numeric timestamp (RELIABILITY S5) and its ack-only path
-measured at about 0.38x a bare FastAPI endpoint on this machine kind, below the ingress goal.
+webhook path: bolt answers 500 on a non-numeric timestamp (docs/reliability.md S5) and its ack-only
+path measured at about 0.38x a bare FastAPI endpoint on this machine kind, below the ingress goal.
 Checks around the HMAC (headers present, a strictly numeric timestamp, the symmetric 5-minute
 window) are ours, so every failure is a 401 and never a 500.
 """
@@ -116,7 +116,7 @@ def parse_slack(body: bytes, content_type: str, identity: SlackIdentity) -> Slac
         raise MalformedRequest(f"unexpected payload shape: {type(exc).__name__}") from exc
     event = inbound.event
     if event is not None and identity.team_id and event.workspace not in ("", identity.team_id):
-        # Another workspace's event (RELIABILITY A9): acknowledged, never acted on.
+        # Another workspace's event (docs/reliability.md A9): acknowledged, never acted on.
         log.info("event %s from workspace %s dropped: not ours", event.event_id, event.workspace)
         return SlackInbound()
     return inbound

@@ -1,10 +1,10 @@
 """Slack Socket Mode (`SLACK_APP_TOKEN`): an alternative receiver feeding the same pipeline.
 
-Contract (DESIGN.md §7, the same as the webhook's): every envelope is normalized by the webhook's
-own parser (`parse_slack`, on the payload re-encoded as the webhook body it stands for), decided
-and written by `route_event`, and acknowledged with its `envelope_id` only after the write
-succeeded. An envelope whose write failed or did not finish within the ack budget (Redis down or
-too slow) is not acknowledged, so Slack delivers it again (`retry_attempt` 1..3); the queue's
+Contract (docs/design.md §Platform facts, the same as the webhook's): every envelope is normalized
+by the webhook's own parser (`parse_slack`, on the payload re-encoded as the webhook body it stands
+for), decided and written by `route_event`, and acknowledged with its `envelope_id` only after the
+write succeeded. An envelope whose write failed or did not finish within the ack budget (Redis down
+or too slow) is not acknowledged, so Slack delivers it again (`retry_attempt` 1..3); the queue's
 dedupe on `event_id` makes redeliveries and twin deliveries harmless. An envelope that can never
 be accepted (a malformed payload, a type we do not act on) is acknowledged and dropped, like the
 webhook's 400 with `X-Slack-No-Retry`.

@@ -1,5 +1,5 @@
 -- Queues the continuation only while the lease still carries the token: a worker whose lease
--- was taken over must not queue a second runner of the analysis (RELIABILITY Q5;
+-- was taken over must not queue a second runner of the analysis (docs/reliability.md Q5;
 -- bot.state.followups). KEYS: the session's lease, open turns, the turns stream. ARGV: fencing
 -- token, turn, job. Returns 1 when queued, 0 when fenced.
 --! uses: fence
