@@ -157,6 +157,7 @@ async def test_f8_v1_events_are_deduped_on_their_uuid(feishu, redis_client) -> N
         json.dumps({"encrypt": sg.feishu_encrypt(b'{"a": 1}', "another-key")}).encode(),
         b"\xff\xfe not json",
     ],
+    ids=["not-base64", "short-ciphertext", "another-key", "not-json"],  # stable across processes
 )
 async def test_f9_undecryptable_bodies_are_400_with_a_generic_body(
     feishu, redis_client, body
