@@ -43,7 +43,7 @@ lint: install
 demo: install redis-server
 	$(BIN)/chatops demo
 
-# Every bench in full; `make test` runs each with --smoke (tests/test_bench_smoke.py).
+# Every bench in full; `make test` runs each with --smoke (tests/bench/test_bench_smoke.py).
 bench: install redis-server
 	@set -e; for script in bench/[!_]*.py; do echo "== $$script"; $(BIN)/python $$script; done
 

@@ -3,7 +3,7 @@
 Contract: a bench computes each figure with `ratio(value, baseline)`, which raises `FigureError`
 when the figure cannot be produced (a baseline that is zero, negative, NaN or infinite, or a
 value that is not a finite number), and prints them with `print_ratios`, one line each, in the
-one shape `tests/test_bench_smoke.py` parses:
+one shape `tests/bench/test_bench_smoke.py` parses:
 
     ratio <name> = <number>
 

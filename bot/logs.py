@@ -11,7 +11,7 @@ Contract:
   lines of concurrent analyses on one worker each carry their own ids. A record's own
   `extra={"session": …}` wins over the context.
 - What a message may say is the caller's business (docs/reliability.md A10: no secret, token or raw
-  body at INFO; `tests/test_log_hygiene.py`, `tests/test_logs.py`); as a last guard, both
+  body at INFO; `tests/bot/test_log_hygiene.py`, `tests/bot/test_logs.py`); as a last guard, both
   formatters pass the message and any traceback through `agent_core.redaction.redact`
   (docs/reliability.md X5), which is linear in the text and costs microseconds on a log line.
 """

@@ -1,8 +1,9 @@
 """Runs of the benches in `bench/` as processes, each at most once per test session.
 
 A bench's smoke run takes seconds; several test modules check its output (the generic figure
-check in `tests/test_bench_smoke.py`, a bench's own checks such as `tests/test_bench_hygiene.py`),
-so `smoke` caches each script's run for the session instead of running it once per test.
+check in `tests/bench/test_bench_smoke.py`, a bench's own checks such as
+`tests/bench/test_bench_hygiene.py`), so `smoke` caches each script's run for the session instead of
+running it once per test.
 """
 
 from __future__ import annotations

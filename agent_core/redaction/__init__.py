@@ -6,8 +6,9 @@ recognises with `[REDACTED:<kind>]` and leaves everything else as it was; it is 
 Where a secret is the value of a named field (`DB_PASSWORD=…`, `Authorization: Bearer …`, a
 URL's `user:pass@`, a Kubernetes env `value:` or Secret `data:`), the name stays and only the
 value goes, so the model still knows what was there. Ordinary SRE output (hex ids, UUIDs, plain
-URLs, kubectl tables, PromQL answers) comes back unchanged; `tests/test_redaction_corpus.py`
-measures both sides against the secret-scanning projects' rule families.
+URLs, kubectl tables, PromQL answers) comes back unchanged;
+`tests/agent_core/test_redaction_corpus.py` measures both sides against the secret-scanning
+projects' rule families.
 
 Why RE2 (`google-re2`) and not `re`: Python's `re` backtracks, and the shapes of secrets
 (`\s*` around a separator, an optional quote, a lazy block body) are exactly where that goes

@@ -10,7 +10,7 @@ with a traceback. pydantic-core's `from_json` (jiter, already a dependency throu
 refuses a lone leading or trailing surrogate escape while it parses, joins a valid pair (an
 emoji sent as `"\ud83d\ude00"`), and refuses input that is not UTF-8, so the check costs no
 second walk over the decoded structure. Its nesting limit (about 200 levels) is far above any
-platform payload. `tests/test_ingress_encoding.py` pins this behaviour on every route.
+platform payload. `tests/bot/ingress/test_ingress_encoding.py` pins this behaviour on every route.
 """
 
 from __future__ import annotations
