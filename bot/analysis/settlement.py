@@ -39,7 +39,11 @@ class Settlement:
             LeaseLost: The settle was fenced (a newer holder).
         """
         if await self._settle.settle(outcome, lease) is Settled.FENCED:
-            raise LeaseLost(f"settle of {outcome.diagnostics.turn_id} fenced")
+            raise LeaseLost(
+                "settle fenced",
+                session_id=lease.session_id,
+                turn_id=outcome.diagnostics.turn_id,
+            )
 
     async def settle_each(self, outcomes: Iterable[RunOutcome], lease: Lease) -> None:
         """Settle every outcome in order; one already settled (or fenced) is left as it is."""

@@ -322,7 +322,7 @@ class TurnChain:
             job, chain.lease.token, chain.turn_id, registry_of, waiting_for
         )
         if not parked:
-            raise LeaseLost(f"parking {next_turn} fenced (token {chain.lease.token} is stale)")
+            raise LeaseLost("parking fenced", session_id=chain.lease.session_id, turn_id=next_turn)
         await self._settlement.settle_or_lose(outcome, chain.lease)
         if waiting_for == "children":
             chain.tracker.children(await self._registry.children(session), waiting=True)
