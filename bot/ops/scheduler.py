@@ -40,7 +40,8 @@ from bot.process.metrics_server import serve_metrics
 from bot.settings import Settings
 from bot.state.lease import Leases
 from bot.state.settle import SettleWriter
-from bot.worker.assembly import open_clients, pricing_from
+from bot.worker.assembly import pricing_from
+from bot.worker.clients import open_clients
 
 __all__ = ["LeaderLock", "Scheduler", "SchedulerMetrics", "open_scheduler"]
 

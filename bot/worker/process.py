@@ -53,7 +53,7 @@ class WorkerOptions:
     """Analyses run at once."""
     block_s: float = 2.0
     """One blocking stream read; under redis-py's default 5 s socket timeout, for a client that
-    keeps one (the worker's own client has none, see `bot.worker.assembly.worker_redis`)."""
+    keeps one (the worker's own client has none, see `bot.worker.clients.worker_redis`)."""
 
 
 class Worker:

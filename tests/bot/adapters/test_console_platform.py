@@ -23,7 +23,7 @@ from bot.events import Platform
 from bot.keys import BotKeys
 from bot.publishing.platform import CardGone, CardRef, CardTarget
 from bot.settings import Settings
-from bot.worker.assembly import platforms_from
+from bot.worker.clients import platforms_from
 from bot.worker.process import Worker
 from cards.console import STOP_HINT, render_console
 from cards.model import (

@@ -14,7 +14,7 @@ import pytest
 from bot.errors import BotConfigError
 from bot.events import session_id_for
 from bot.keys import BotKeys
-from bot.worker.assembly import require_durable_redis
+from bot.worker.clients import require_durable_redis
 from bot.worker.process import MAX_DELIVERIES
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

@@ -1,0 +1,141 @@
+"""The worker's tools, built from the settings, with the HTTP clients and MCP sessions they use.
+
+Contract: every client and session opened here is closed by the caller's stack, in reverse of
+the order they open in: the shared HTTP client, the `http_get` client, the probe's client, then
+the MCP sessions. A setting that cannot work raises `BotConfigError` naming it
+(`CHATOPS_MCP_SERVERS: ...`) before any tool runs. The tools keep one order (`http_get`, the
+sub-agent tools, then probe, Prometheus, shell and MCP as configured), and the MCP SDK is
+imported only when `CHATOPS_MCP_SERVERS` is set.
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import httpx
+
+from agent_core import (
+    SHELL_MAX_OUTPUT_BYTES,
+    BodyLimit,
+    CommandAllowlist,
+    ConfigError,
+    HostAllowlist,
+    ShellProfiles,
+    Tool,
+    Toolset,
+    guarded,
+    http_get_tool,
+    http_probe_tool,
+    open_mcp_tools,
+    parse_mcp_servers,
+    prometheus_tool,
+    shell_tool,
+    subagent_tools,
+)
+from bot.control.subagent_desk import SubagentDesk
+from bot.errors import BotConfigError
+from bot.settings import Settings
+
+__all__ = ["open_toolset"]
+
+
+async def open_toolset(
+    settings: Settings, stack: AsyncExitStack, subagents: SubagentDesk
+) -> Toolset:
+    """Every configured tool, guarded, with its clients closed by `stack`.
+
+    Args:
+        settings: Which tools are configured, and their bounds.
+        stack: Closes the HTTP clients and the MCP sessions.
+        subagents: The sub-agent desk the sub-agent tools dispatch to.
+
+    Raises:
+        BotConfigError: A tool's setting cannot work (the message names the setting).
+    """
+    limit = BodyLimit(max_bytes=settings.tool_max_bytes)
+    http = _client(stack, httpx.AsyncClient())
+    # `http_get` connects to the address it checked, by IP, so pooled connections would be
+    # keyed by address: with none kept, no name reuses a TLS session verified for another.
+    fetch_http = _client(stack, _unpooled())
+    tools = [
+        http_get_tool(HostAllowlist.parse(settings.http_allowlist), fetch_http, limit=limit),
+        *subagent_tools(subagents),
+        *_probe_tools(settings, stack),
+        *_prometheus_tools(settings, http, limit),
+        *_shell_tools(settings),
+        *await _mcp_tools(settings, stack, limit),
+    ]
+    return guarded(Toolset.of(tools))
+
+
+def _client(stack: AsyncExitStack, client: httpx.AsyncClient) -> httpx.AsyncClient:
+    """`client`, closed by `stack`."""
+    stack.push_async_callback(client.aclose)
+    return client
+
+
+def _unpooled() -> httpx.AsyncClient:
+    """A client that keeps no idle connection."""
+    return httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def _probe_tools(settings: Settings, stack: AsyncExitStack) -> list[Tool]:
+    """`http_probe`, when `CHATOPS_HTTP_ALLOWLIST` names a host."""
+    if not settings.http_allowlist.strip():
+        return []
+    # Its own client, keeping no idle connection: every probe opens a new one, so its
+    # latency includes connect and TLS, and it reads a fresh handshake's certificate.
+    probe_http = _client(stack, _unpooled())
+    return [http_probe_tool(HostAllowlist.parse(settings.http_allowlist), probe_http)]
+
+
+def _prometheus_tools(settings: Settings, http: httpx.AsyncClient, limit: BodyLimit) -> list[Tool]:
+    """The Prometheus query tool, when `CHATOPS_PROMETHEUS_URL` is set.
+
+    Raises:
+        BotConfigError: The URL cannot work.
+    """
+    if not (prometheus_url := (settings.prometheus_url or "").strip()):
+        return []
+    try:
+        return [prometheus_tool(prometheus_url, http, limit=limit)]
+    except ConfigError as exc:
+        raise BotConfigError(f"CHATOPS_PROMETHEUS_URL: {exc}") from exc
+
+
+def _shell_tools(settings: Settings) -> list[Tool]:
+    """The shell tool, when `CHATOPS_SHELL_ALLOWLIST` names a command.
+
+    The profiles file is read whether or not the allowlist is set.
+
+    Raises:
+        BotConfigError: The profiles file or the allowlist cannot work.
+    """
+    try:
+        profiles = ShellProfiles.load(settings.shell_profiles_file)
+    except ConfigError as exc:
+        raise BotConfigError(f"CHATOPS_SHELL_PROFILES_FILE: {exc}") from exc
+    if not settings.shell_allowlist.strip():
+        return []
+    try:
+        commands = CommandAllowlist.parse(settings.shell_allowlist, profiles)
+    except ConfigError as exc:
+        raise BotConfigError(f"CHATOPS_SHELL_ALLOWLIST: {exc}") from exc
+    cap = min(settings.tool_max_bytes, SHELL_MAX_OUTPUT_BYTES)
+    return [shell_tool(commands, max_output_bytes=cap)]
+
+
+async def _mcp_tools(settings: Settings, stack: AsyncExitStack, limit: BodyLimit) -> list[Tool]:
+    """The tools of every `CHATOPS_MCP_SERVERS` server, their sessions closed by `stack`.
+
+    Raises:
+        BotConfigError: The server list cannot be parsed.
+    """
+    if not settings.mcp_servers.strip():
+        return []
+    # The MCP SDK is imported by the first of these calls, so only when configured.
+    try:
+        servers = parse_mcp_servers(settings.mcp_servers)
+    except ConfigError as exc:
+        raise BotConfigError(f"CHATOPS_MCP_SERVERS: {exc}") from exc
+    return await open_mcp_tools(servers, stack, max_bytes=limit.max_bytes)
