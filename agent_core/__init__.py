@@ -4,11 +4,11 @@ Run a turn with `Runtime.run(TurnRequest(...))`; stop, steer or drain it from an
 `ControlPlane`; read how it ended from the returned `RunOutcome`.
 """
 
-from agent_core.approvals import Approval
-from agent_core.approvals import Verdict as ApprovalVerdict
-from agent_core.budget import Budget
-from agent_core.diagnostics import RunDiagnostics, RunOutcome, SettleRecord
-from agent_core.errors import (
+from agent_core._approvals import Approval
+from agent_core._approvals import Verdict as ApprovalVerdict
+from agent_core._budget import Budget
+from agent_core._diagnostics import RunDiagnostics, RunOutcome, SettleRecord
+from agent_core._errors import (
     AgentError,
     ConfigError,
     HistoryError,
@@ -19,9 +19,9 @@ from agent_core.errors import (
     StoreError,
     ToolFailed,
 )
-from agent_core.events import EventSource, RunEvent
-from agent_core.history import is_closed, validate_history
-from agent_core.interrupts import (
+from agent_core._events import EventSource, RunEvent
+from agent_core._history import is_closed, validate_history
+from agent_core._interrupts import (
     BELL_TTL_S,
     PRIORITY,
     TOMBSTONE_TTL_S,
@@ -32,14 +32,14 @@ from agent_core.interrupts import (
     checkpoint,
     until_set,
 )
-from agent_core.keys import Keys, SessionKey
-from agent_core.ledger import BalanceLedger
-from agent_core.llm import ChatModel, ModelResponse, OpenAIChatModel, Usage
-from agent_core.llm.client import DeltaSink
-from agent_core.loop import EventSink, LoopLimits, Runtime, TurnRequest
-from agent_core.lua import register_lua
-from agent_core.mcp_servers import open_mcp_tools, parse_mcp_servers
-from agent_core.messages import (
+from agent_core._keys import Keys, SessionKey
+from agent_core._ledger import BalanceLedger
+from agent_core._llm import ChatModel, ModelResponse, OpenAIChatModel, Usage
+from agent_core._llm.client import DeltaSink
+from agent_core._loop import EventSink, LoopLimits, Runtime, TurnRequest
+from agent_core._lua import register_lua
+from agent_core._mcp_servers import open_mcp_tools, parse_mcp_servers
+from agent_core._messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -51,7 +51,7 @@ from agent_core.messages import (
     dump_message,
     load_message,
 )
-from agent_core.outcome import (
+from agent_core._outcome import (
     Awaiting,
     Cancelled,
     Completed,
@@ -63,9 +63,10 @@ from agent_core.outcome import (
     Steered,
     Stopped,
 )
-from agent_core.redaction import redact
-from agent_core.repair import RepairReport, repair_history
-from agent_core.store import TURN_KEY_TTL_S, Fence, HistoryStore, map_redis_errors
+from agent_core._redaction import redact
+from agent_core._repair import RepairReport, repair_history
+from agent_core._store import TURN_KEY_TTL_S, Fence, HistoryStore, map_redis_errors
+from agent_core._untrusted import QuoteKind, aquote_untrusted, neutralise_markers
 from agent_core.tools import (
     HostAllowlist,
     Interruptibility,
@@ -76,14 +77,13 @@ from agent_core.tools import (
     Toolset,
     http_get_tool,
 )
-from agent_core.tools.bounded_body import BodyLimit
-from agent_core.tools.http_probe import http_probe_tool
-from agent_core.tools.hygiene import guarded
-from agent_core.tools.prometheus import prometheus_tool
-from agent_core.tools.shell import MAX_OUTPUT_BYTES as SHELL_MAX_OUTPUT_BYTES
-from agent_core.tools.shell import CommandAllowlist, ShellProfiles, shell_tool
-from agent_core.tools.subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH, subagent_tools
-from agent_core.untrusted import QuoteKind, aquote_untrusted, neutralise_markers
+from agent_core.tools._bounded_body import BodyLimit
+from agent_core.tools._http_probe import http_probe_tool
+from agent_core.tools._hygiene import guarded
+from agent_core.tools._prometheus import prometheus_tool
+from agent_core.tools._shell import MAX_OUTPUT_BYTES as SHELL_MAX_OUTPUT_BYTES
+from agent_core.tools._shell import CommandAllowlist, ShellProfiles, shell_tool
+from agent_core.tools._subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH, subagent_tools
 
 __all__ = [
     "open_mcp_tools",

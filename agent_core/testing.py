@@ -13,11 +13,11 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agent_core.errors import HistoryRejected, ModelUnavailable
-from agent_core.history import validate_history
-from agent_core.llm.client import DeltaSink, ModelResponse, Usage
-from agent_core.messages import AssistantMessage, Message, ToolCall
-from agent_core.tools.base import Toolset
+from agent_core._errors import HistoryRejected, ModelUnavailable
+from agent_core._history import validate_history
+from agent_core._llm.client import DeltaSink, ModelResponse, Usage
+from agent_core._messages import AssistantMessage, Message, ToolCall
+from agent_core.tools._base import Toolset
 
 __all__ = ["ScriptedModel", "calls", "text"]
 

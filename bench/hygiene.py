@@ -4,8 +4,8 @@ Run it with `.venv/bin/python bench/hygiene.py` (`--smoke`, alias `--quick`, for
 seconds that `make test` runs; `--help` for the modes). For each
 adversarial shape (runs of newlines, spaces, tabs, `<` + spaces, one long base64 token, deep
 indentation) and for ordinary SRE output of the same size (the corpus in
-`tests/data/redaction/ordinary/`, repeated), it times `agent_core.redaction.redact` and
-`agent_core.tools.hygiene.frame` (cap, redact, neutralise markers) at a size N and at 10 N.
+`tests/data/redaction/ordinary/`, repeated), it times `agent_core._redaction.redact` and
+`agent_core.tools._hygiene.frame` (cap, redact, neutralise markers) at a size N and at 10 N.
 Each figure is the minimum CPU time (`time.process_time`) over a few repeats, the most stable
 estimate on a shared machine.
 
@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from _figures import SMOKE_HELP, print_ratios, ratio, require, run  # noqa: E402
 
-from agent_core.redaction import redact  # noqa: E402
-from agent_core.tools.hygiene import frame  # noqa: E402
+from agent_core._redaction import redact  # noqa: E402
+from agent_core.tools._hygiene import frame  # noqa: E402
 
 ORDINARY_DIR = ROOT / "tests" / "data" / "redaction" / "ordinary"
 

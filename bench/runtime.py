@@ -80,7 +80,7 @@ from agent_core import (
     TurnRequest,
     UserMessage,
 )
-from agent_core.events import EventSource, FunctionCallPart, FunctionResponsePart, Part, TextPart
+from agent_core._events import EventSource, FunctionCallPart, FunctionResponsePart, Part, TextPart
 from agent_core.testing import ScriptedModel, calls, text
 from tests.loopback import spawn_redis, stop_process
 

@@ -1,6 +1,6 @@
 """Every Redis key and stream name `bot` uses, in one place.
 
-Session-scoped keys come from `agent_core.keys.Keys` (hash-tagged by session id, so a session's
+Session-scoped keys come from `agent_core._keys.Keys` (hash-tagged by session id, so a session's
 keys share a Redis Cluster slot); this module adds the ingress and queue names around them.
 """
 
@@ -17,7 +17,7 @@ __all__ = ["BotKeys", "BotSessionKey"]
 class BotSessionKey(StrEnum):
     """What follows a session's prefix in each of `bot`'s keys of a session.
 
-    The same rule as `agent_core.keys.SessionKey`: `BotKeys` builds its names from these, and
+    The same rule as `agent_core._keys.SessionKey`: `BotKeys` builds its names from these, and
     the submit script (`bot.intake.queue`) gets them substituted into its text. Each member's
     key is described on the `BotKeys` method of the same name.
     """

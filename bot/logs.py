@@ -12,7 +12,7 @@ Contract:
   `extra={"session": …}` wins over the context.
 - What a message may say is the caller's business (docs/reliability.md A10: no secret, token or raw
   body at INFO; `tests/bot/test_log_hygiene.py`, `tests/bot/test_logs.py`); as a last guard, both
-  formatters pass the message and any traceback through `agent_core.redaction.redact`
+  formatters pass the message and any traceback through `agent_core._redaction.redact`
   (docs/reliability.md X5), which is linear in the text and costs microseconds on a log line.
 """
 

@@ -75,12 +75,12 @@ class Settings(BaseSettings):
     shell_profiles_file: str | None = Field(
         default=None, validation_alias="CHATOPS_SHELL_PROFILES_FILE"
     )
-    """A TOML file of operators' shell profiles (schema in `agent_core.tools.shell_profiles`),
+    """A TOML file of operators' shell profiles (schema in `agent_core.tools._shell_profiles`),
     adding programs to the shipped ones or replacing them; an invalid profile, or one admitting
     a never-admitted flag, stops the worker at start-up. Unset: the shipped profiles only."""
     mcp_servers: str = Field(default="", validation_alias="CHATOPS_MCP_SERVERS")
     """A JSON list of MCP servers whose tools the agent may call (format and safe defaults in
-    `agent_core.tools.mcp.config`); empty: none."""
+    `agent_core.tools._mcp.config`); empty: none."""
     responders: str = Field(default="", validation_alias="CHATOPS_RESPONDERS")
     """Comma-separated qualified ids (`slack:U…`, `feishu:ou_…`, `console:<user>`) of the
     responder groups: the people who may approve a call that changes something. A bare id

@@ -1,13 +1,13 @@
 """Pure rendering of progress cards for Slack, Feishu and the console (no I/O, no platform SDKs).
 
 `ProgressCard` is what a person in the thread sees of a turn; `render_slack` and `render_feishu`
-turn it into each platform's JSON within the limits in `cards.limits`, `render_console` into
+turn it into each platform's JSON within the limits in `cards._limits`, `render_console` into
 plain text for a terminal. Posting and updating the card is `bot`'s job.
 """
 
-from cards.console import render_console
-from cards.feishu import render_feishu
-from cards.limits import (
+from cards._console import render_console
+from cards._feishu import render_feishu
+from cards._limits import (
     ELLIPSIS,
     FEISHU,
     SLACK,
@@ -16,7 +16,7 @@ from cards.limits import (
     SlackLimits,
     truncate,
 )
-from cards.model import (
+from cards._model import (
     CardApproval,
     CardChild,
     CardStatus,
@@ -26,7 +26,7 @@ from cards.model import (
     ProgressCard,
     StepState,
 )
-from cards.slack import render_slack, slack_text
+from cards._slack import render_slack, slack_text
 
 __all__ = [
     "CardApproval",

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TypeVar, assert_never
 
-from cards.limits import truncate
-from cards.model import (
+from cards._limits import truncate
+from cards._model import (
     CardApproval,
     CardChild,
     CardStatus,

@@ -12,7 +12,7 @@ that could notify people or hide a link target, and changes nothing else:
 This comes on top of each platform's escaping (Slack `&lt;`, Feishu `&#60;`), which already
 stops the tags; defusing also covers what is not escaped (plain-text headers) and any client
 that parses more than it documents. Like every escape, it never shortens a text, so
-`cards.limits.truncate` can apply it to any prefix.
+`cards._limits.truncate` can apply it to any prefix.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 -- Claims a suspended batch for the turn that closes it, in one step, so no decision lands
 -- after the claim (the desk's script refuses once `closing` is set): every request of the
 -- batch still pending is decided `ARGV[3]` by `ARGV[4]`. Fenced like a history write
--- (agent_core.approvals).
+-- (agent_core._approvals).
 -- KEYS: approvals hash, closing, fence key (any key when unfenced), continuation.
 -- ARGV: fencing token ('' when unfenced), suspended turn, verdict, who, now, claiming turn, ttl.
 -- Returns {0, {}, ''} when fenced, else {1, the batch's records, the continuation turn}.

@@ -1,4 +1,4 @@
--- Starts a turn in one round trip (agent_core.store): refuses a tombstoned turn, appends the turn's
+-- Starts a turn in one round trip (agent_core._store): refuses a tombstoned turn, appends the turn's
 -- inputs once (a re-run of the same turn id does not append them again), moves every queued steer
 -- into the history in arrival order, and returns the history. It also empties the session's bell:
 -- any ring so far is answered by this very script (the tombstone it checks, the steers it absorbs),

@@ -1,6 +1,6 @@
 """Tools the model may call: their risk, schema, and how each may be interrupted or retried."""
 
-from agent_core.tools.base import (
+from agent_core.tools._base import (
     Interruptibility,
     RetryPolicy,
     Risk,
@@ -9,7 +9,7 @@ from agent_core.tools.base import (
     ToolHandler,
     Toolset,
 )
-from agent_core.tools.http_get import HostAllowlist, http_get_tool
+from agent_core.tools._http_get import HostAllowlist, http_get_tool
 
 __all__ = [
     "HostAllowlist",

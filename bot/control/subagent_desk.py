@@ -1,6 +1,6 @@
 """The bot's side of the sub-agent tools, and the sub-agents' "card".
 
-`SubagentDesk` implements `agent_core.tools.subagents.SubagentPort` over the registry: the turn
+`SubagentDesk` implements `agent_core.tools._subagents.SubagentPort` over the registry: the turn
 chain tells it which analysis each session is running (`running`/`done`), so a dispatch knows
 its parent's event and a question knows its parent. A sub-agent cannot dispatch (one level of
 children), and only a sub-agent can ask.
@@ -13,7 +13,7 @@ reaper finalizes a dead worker's child the same way, so a child whose worker van
 reports (as failed).
 
 Everything a child or a parent writes to the other is quoted as untrusted data
-(`agent_core.untrusted.quote_untrusted`, docs/reliability.md X9): a report and a question are
+(`agent_core._untrusted.quote_untrusted`, docs/reliability.md X9): a report and a question are
 written by a model that read tool output. The note's first line is the runtime's (who, which
 task, which state); the text itself is inside one block whose markers are neutralised.
 """

@@ -12,7 +12,7 @@ the same kind of answer, because nothing but the conversation decides it. The st
    ends with a concrete next step.
 
 A steer reaches the model as a user message that starts
-`[Correction from NAME, sent while you were working. ...]` (`agent_core.llm.convert`); the
+`[Correction from NAME, sent while you were working. ...]` (`agent_core._llm.convert`); the
 bracketed header is ignored when looking for keywords, and NAME is echoed back.
 """
 
@@ -36,7 +36,7 @@ _DEPLOY_WORDS = re.compile(r"\bdeploy", re.IGNORECASE)
 _DATABASE_WORDS = re.compile(r"\b(database|db|payments)\b", re.IGNORECASE)
 _CORRECTION = re.compile(r"^\[Correction from (?P<who>[^,\]]+)[^\]]*\]\s*")
 _FRAMED = re.compile(r'<tool_output tool="[^"]*">\n(?P<body>.*)\n</tool_output>\s*\Z', re.DOTALL)
-"""A result as `agent_core.tools.hygiene` frames it; the script reads what is inside."""
+"""A result as `agent_core.tools._hygiene` frames it; the script reads what is inside."""
 
 Wire = Mapping[str, Any]
 

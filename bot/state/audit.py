@@ -216,7 +216,7 @@ class TurnAudit:
     """Records one turn's run: its events (as the run's sink), model requests, cut probes.
 
     Balance changes are counted from the events the sink sees, with the runtime's own ledger
-    rules (`agent_core.ledger`).
+    rules (`agent_core._ledger`).
     """
 
     def __init__(

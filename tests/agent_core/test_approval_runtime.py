@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_core import Awaiting, Completed, Tool, TurnRequest, UserMessage, validate_history
-from agent_core.tools.base import Interruptibility, Risk, ToolContext
+from agent_core.tools._base import Interruptibility, Risk, ToolContext
 from bot.control.approval_desk import ApprovalDesk, PressOutcome, approval_button_value
 from bot.events import ChatEvent, EventKind, Platform
 from bot.keys import BotKeys

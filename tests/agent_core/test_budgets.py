@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from agent_core import Completed, TurnRequest, UserMessage, validate_history
-from agent_core.budget import Budget
-from agent_core.errors import ConfigError
+from agent_core._budget import Budget
+from agent_core._errors import ConfigError
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.inprocess_bot import open_bot

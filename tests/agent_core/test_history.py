@@ -1,4 +1,4 @@
-"""Handcrafted histories for `agent_core.history` and each pass of `agent_core.repair`.
+"""Handcrafted histories for `agent_core._history` and each pass of `agent_core._repair`.
 
 Why table-driven, with literal histories: each row is one failure class from docs/reliability.md
 (H4 duplicate ids, H5 empty id, H6 text with calls, H7 displaced result, H8 orphan) written the
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent_core.errors import HistoryError
-from agent_core.history import is_closed, open_calls, validate_history
-from agent_core.messages import (
+from agent_core._errors import HistoryError
+from agent_core._history import is_closed, open_calls, validate_history
+from agent_core._messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -23,7 +23,7 @@ from agent_core.messages import (
     ToolStatus,
     UserMessage,
 )
-from agent_core.repair import (
+from agent_core._repair import (
     INTERRUPTED_RESULT,
     REPAIR_PASSES,
     RepairPass,

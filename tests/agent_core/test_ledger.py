@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_core import BalanceLedger, RunEvent, ToolCall, ToolMessage
-from agent_core.events import EventSource, FunctionCallPart, FunctionResponsePart, TextPart
-from agent_core.ledger import delta
+from agent_core._events import EventSource, FunctionCallPart, FunctionResponsePart, TextPart
+from agent_core._ledger import delta
 
 
 def calls(n: int, *, partial: bool = False) -> RunEvent:

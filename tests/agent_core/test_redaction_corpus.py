@@ -1,6 +1,6 @@
 """Redaction measured against a corpus: secret shapes from the field's rule sets, and SRE output.
 
-Why this way: the rules in `agent_core.redaction` are derived from the families of gitleaks
+Why this way: the rules in `agent_core._redaction` are derived from the families of gitleaks
 (`config/gitleaks.toml`) and detect-secrets (`detect_secrets/plugins/`); a corpus of realistic
 lines, as tools print them, measures them from both sides at once. `secrets.txt` holds the
 secret shapes (at least 80, each with its secret parts marked), `ordinary/` whole outputs that
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_core.redaction import redact
+from agent_core._redaction import redact
 from tests.paths import TESTS
 
 DATA = TESTS / "data" / "redaction"

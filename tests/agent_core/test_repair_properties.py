@@ -25,9 +25,9 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_core.errors import HistoryError
-from agent_core.history import is_closed, validate_history
-from agent_core.messages import (
+from agent_core._errors import HistoryError
+from agent_core._history import is_closed, validate_history
+from agent_core._messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -36,7 +36,7 @@ from agent_core.messages import (
     ToolStatus,
     UserMessage,
 )
-from agent_core.repair import INTERRUPTED_RESULT, REPAIR_PASSES, repair_history
+from agent_core._repair import INTERRUPTED_RESULT, REPAIR_PASSES, repair_history
 
 IDS = ("", "c0", "c1", "c2", "c0~2")
 NAMES = ("http_get", "query_logs")

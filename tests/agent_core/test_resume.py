@@ -24,7 +24,7 @@ from agent_core import (
     UserMessage,
     validate_history,
 )
-from agent_core.resume import IN_DOUBT
+from agent_core._resume import IN_DOUBT
 from tests.fakes import openai_provider as fp
 
 SESSION, TURN = "s-resume", "t-resume"

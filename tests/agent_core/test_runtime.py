@@ -44,7 +44,7 @@ from agent_core import (
     http_get_tool,
     validate_history,
 )
-from agent_core.outcome import Awaiting
+from agent_core._outcome import Awaiting
 from tests.fakes import openai_provider as fp
 
 SESSION = "incident-42"

@@ -38,7 +38,7 @@ from agent_core import (
     UserMessage,
     validate_history,
 )
-from agent_core.llm.client import DeltaSink
+from agent_core._llm.client import DeltaSink
 from agent_core.testing import ScriptedModel, calls, text
 from tests.fakes import openai_provider as fp
 

@@ -50,8 +50,8 @@ from agent_core import (
     UserMessage,
     validate_history,
 )
-from agent_core.events import FunctionCallPart, FunctionResponsePart
-from agent_core.messages import ToolCall
+from agent_core._events import FunctionCallPart, FunctionResponsePart
+from agent_core._messages import ToolCall
 from agent_core.testing import ScriptedModel, text
 
 MODES = ("ok", "fail", "crash", "timeout", "slow")

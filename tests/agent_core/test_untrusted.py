@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_core.untrusted import (
+from agent_core._untrusted import (
     CUT_MARGIN,
     MAX_QUOTED_CHARS,
     OFF_LOOP_CHARS,

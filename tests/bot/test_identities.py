@@ -22,8 +22,8 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr, ValidationError
 
-from agent_core.approvals import Approval, Verdict
-from agent_core.keys import Keys
+from agent_core._approvals import Approval, Verdict
+from agent_core._keys import Keys
 from bot.adapters.console.inbound import CONSOLE_WORKSPACE
 from bot.control.killswitch import KillSwitch
 from bot.events import AuthorKind, ChatEvent, Platform, person_of, session_id_for

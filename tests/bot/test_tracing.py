@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from agent_core.diagnostics import RunDiagnostics
+from agent_core._diagnostics import RunDiagnostics
 from bot.errors import BotConfigError
 from bot.tracing import (
     EVENT_SPAN,

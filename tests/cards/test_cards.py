@@ -38,9 +38,9 @@ from cards import (
     slack_text,
     truncate,
 )
+from cards._feishu import HEADER_TEMPLATES, escape_markdown
 from cards._mentions import JOINER as J
-from cards.feishu import HEADER_TEMPLATES, escape_markdown
-from cards.slack import escape_mrkdwn
+from cards._slack import escape_mrkdwn
 
 FAST = settings(max_examples=200, deadline=None)
 # Pieces that grow when escaped, cost bytes in JSON, or must not be split (the last is a family:

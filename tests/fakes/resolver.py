@@ -1,6 +1,6 @@
 """A name resolver that answers chosen addresses, for the HTTP tools' address checks.
 
-Why a fake: the tools' resolver is injected (`agent_core.tools.address_policy.Resolver`); a test
+Why a fake: the tools' resolver is injected (`agent_core.tools._address_policy.Resolver`); a test
 that must make an allowlisted name resolve to 169.254.169.254, or answer differently on a second
 lookup (DNS rebinding), cannot ask the system's resolver to do so.
 """

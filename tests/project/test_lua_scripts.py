@@ -24,7 +24,7 @@ from redis.crc import key_slot
 import agent_core
 import bot
 from agent_core import TURN_KEY_TTL_S
-from agent_core.lua import directives, load_script, names
+from agent_core._lua import directives, load_script, names
 from bot.intake.queue import _submit_values
 from bot.keys import BotKeys
 from tests.paths import ROOT
@@ -80,7 +80,7 @@ def _scripts() -> list[tuple[str, str]]:
 
 SCRIPTS = _scripts()
 PRELUDES = {"fence"}
-"""Shared preludes in `agent_core/lua/`: prepended by the loader, not scripts of their own."""
+"""Shared preludes in `agent_core/_lua/`: prepended by the loader, not scripts of their own."""
 
 
 def _id(package: str, name: str) -> str:

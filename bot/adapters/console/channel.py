@@ -40,7 +40,7 @@ class CardView:
     thread: str
     card: ProgressCard
     text: str
-    """The card rendered for a terminal by the worker (`cards.console`)."""
+    """The card rendered for a terminal by the worker (`cards._console`)."""
 
     @property
     def final(self) -> bool:

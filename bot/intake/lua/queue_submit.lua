@@ -4,7 +4,7 @@
 --
 -- KEYS: the two dedupe markers, the turns stream, and the session's key prefix (its hash tag
 -- routes the call). The session's keys are that prefix followed by the suffixes of
--- `agent_core.keys.SessionKey` and `bot.keys.BotSessionKey`, substituted into the placeholders by
+-- `agent_core._keys.SessionKey` and `bot.keys.BotSessionKey`, substituted into the placeholders by
 -- the loader from those enums (the one definition `Keys`/`BotKeys` build their names from), so
 -- a call carries 13 arguments rather than one more per key it touches: redis-py's command
 -- packing was the largest remaining cost of the webhook (bench/ingress.py).

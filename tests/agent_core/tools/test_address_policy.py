@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from agent_core import ConfigError, HostAllowlist, ToolFailed, http_get_tool
-from agent_core.tools.address_policy import refusal_reason, resolve_target
-from agent_core.tools.http_probe import http_probe_tool
+from agent_core.tools._address_policy import refusal_reason, resolve_target
+from agent_core.tools._http_probe import http_probe_tool
 from tests.fakes.bomb_server import BombServer
 from tests.fakes.resolver import Answering
 from tests.tool_context import Ctx

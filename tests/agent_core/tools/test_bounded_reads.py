@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from agent_core import HostAllowlist, ToolFailed, http_get_tool
-from agent_core.tools.bounded_body import ACCEPT_ENCODING, BodyLimit, read_body
-from agent_core.tools.prometheus import prometheus_tool
+from agent_core.tools._bounded_body import ACCEPT_ENCODING, BodyLimit, read_body
+from agent_core.tools._prometheus import prometheus_tool
 from tests.fakes.bomb_server import BombServer
 from tests.tool_context import Ctx
 

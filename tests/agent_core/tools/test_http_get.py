@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from agent_core import ConfigError, HostAllowlist, ToolFailed, http_get_tool
-from agent_core.tools.http_get import MAX_BODY_CHARS
+from agent_core.tools._http_get import MAX_BODY_CHARS
 from tests.fakes.resolver import Answering
 from tests.fakes.service import SlowService
 from tests.tool_context import Ctx

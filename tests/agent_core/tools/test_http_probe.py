@@ -22,9 +22,9 @@ import pytest
 import trustme
 
 from agent_core import ToolFailed, TurnRequest, UserMessage
-from agent_core.messages import ToolMessage, ToolStatus
-from agent_core.tools.http_get import HostAllowlist
-from agent_core.tools.http_probe import http_probe_tool
+from agent_core._messages import ToolMessage, ToolStatus
+from agent_core.tools._http_get import HostAllowlist
+from agent_core.tools._http_probe import http_probe_tool
 from tests.conftest import free_port
 from tests.fakes import openai_provider as fp
 from tests.fakes.service import SlowService

@@ -41,8 +41,8 @@ from agent_core import (
     UserMessage,
     validate_history,
 )
-from agent_core.outcome import Awaiting
-from agent_core.tools.mcp import (
+from agent_core._outcome import Awaiting
+from agent_core.tools._mcp import (
     HttpServerConfig,
     McpServerConfig,
     StdioServerConfig,
@@ -51,7 +51,7 @@ from agent_core.tools.mcp import (
     render_result,
     tool_name,
 )
-from agent_core.tools.mcp.content import MAX_RESULT_CHARS
+from agent_core.tools._mcp.content import MAX_RESULT_CHARS
 from bot.errors import BotConfigError
 from bot.settings import Settings
 from bot.worker.assembly import open_worker
@@ -64,7 +64,7 @@ from tests.paths import TESTS
 
 FAKE_SERVER = TESTS / "fakes" / "mcp_server.py"
 SESSION = "incident-mcp"
-LOGGER = "agent_core.tools.mcp.connector"
+LOGGER = "agent_core.tools._mcp.connector"
 
 ServerFactory = Callable[..., McpServerConfig]
 

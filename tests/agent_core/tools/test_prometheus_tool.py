@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from agent_core import ConfigError, ToolFailed, TurnRequest, UserMessage
-from agent_core.tools.prometheus import MAX_RUNS, MAX_SERIES, prometheus_tool
+from agent_core.tools._prometheus import MAX_RUNS, MAX_SERIES, prometheus_tool
 from bot.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import openai_provider as fp

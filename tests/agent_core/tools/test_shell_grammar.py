@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_core.errors import ConfigError, ToolFailed
-from agent_core.tools.base import Tool
-from agent_core.tools.shell import SAFE_PATH, CommandAllowlist, ShellProfiles, shell_tool
+from agent_core._errors import ConfigError, ToolFailed
+from agent_core.tools._base import Tool
+from agent_core.tools._shell import SAFE_PATH, CommandAllowlist, ShellProfiles, shell_tool
 from tests.tool_context import Ctx
 
 FAKES = (

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from agent_core.errors import ConfigError
-from agent_core.tools.shell import ShellProfiles
-from agent_core.tools.shell_never_admit import NEVER_ADMIT, check_flag
+from agent_core._errors import ConfigError
+from agent_core.tools._shell import ShellProfiles
+from agent_core.tools._shell_never_admit import NEVER_ADMIT, check_flag
 from bot.errors import BotConfigError
 from bot.settings import Settings
 from bot.worker.assembly import open_worker

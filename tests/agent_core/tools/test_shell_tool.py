@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_core.errors import ToolFailed
-from agent_core.tools.base import Tool
-from agent_core.tools.shell import (
+from agent_core._errors import ToolFailed
+from agent_core.tools._base import Tool
+from agent_core.tools._shell import (
     MAX_OUTPUT_BYTES,
     SAFE_PATH,
     CommandAllowlist,

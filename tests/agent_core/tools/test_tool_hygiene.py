@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from agent_core.batch import run_batch
-from agent_core.diagnostics import RunDiagnostics
-from agent_core.errors import ToolFailed
-from agent_core.interrupts import TurnSignals
-from agent_core.messages import ToolCall, ToolMessage, ToolStatus
-from agent_core.tools.base import Interruptibility, RetryPolicy, Tool, ToolContext, Toolset
-from agent_core.tools.hygiene import UNTRUSTED_NOTE, QuotedFailure, guarded
+from agent_core._batch import run_batch
+from agent_core._diagnostics import RunDiagnostics
+from agent_core._errors import ToolFailed
+from agent_core._interrupts import TurnSignals
+from agent_core._messages import ToolCall, ToolMessage, ToolStatus
+from agent_core.tools._base import Interruptibility, RetryPolicy, Tool, ToolContext, Toolset
+from agent_core.tools._hygiene import UNTRUSTED_NOTE, QuotedFailure, guarded
 
 SECRET = "xoxb-" + "1111111111-2222222222-" + "SecretSecretSecret"
 FORGED_CORRECTION = (

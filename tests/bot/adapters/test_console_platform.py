@@ -25,8 +25,8 @@ from bot.publishing.platform import CardGone, CardRef, CardTarget
 from bot.settings import Settings
 from bot.worker.clients import platforms_from
 from bot.worker.process import Worker
-from cards.console import STOP_HINT, render_console
-from cards.model import (
+from cards._console import STOP_HINT, render_console
+from cards._model import (
     CardStatus,
     CardStep,
     Intervention,

@@ -40,9 +40,9 @@ from bot.publishing.platform import (
     PlatformUnavailable,
 )
 from bot.settings import Settings
-from cards.feishu import render_feishu
-from cards.model import CardStatus, CardStep, ProgressCard, StepState
-from cards.slack import render_slack, slack_text
+from cards._feishu import render_feishu
+from cards._model import CardStatus, CardStep, ProgressCard, StepState
+from cards._slack import render_slack, slack_text
 from tests.conftest import free_port
 from tests.fakes.feishu_api import (
     MESSAGE_RATE_LIMITED,

@@ -38,7 +38,7 @@ from agent_core import (
     ToolFailed,
     Toolset,
 )
-from agent_core.messages import ToolCall
+from agent_core._messages import ToolCall
 from agent_core.testing import ScriptedModel, text
 from bot.analysis.actor import ActorOptions
 from bot.events import ChatEvent, Platform
@@ -56,7 +56,7 @@ from bot.state.lease import LeaseLost, Leases
 from bot.state.settle import Book, SettleWriter
 from bot.state.turn_jobs import TurnJob, turn_id_for
 from bot.worker.assembly import build_actor
-from cards.model import ProgressCard
+from cards._model import ProgressCard
 
 KEYS = BotKeys()
 EXAMPLE_BOUND_S = 30.0

@@ -21,9 +21,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from agent_core import validate_history
-from agent_core.approvals import Approval, Verdict
-from agent_core.keys import Keys
-from agent_core.store import HistoryStore
+from agent_core._approvals import Approval, Verdict
+from agent_core._keys import Keys
+from agent_core._store import HistoryStore
 from bot.control.killswitch import KillSwitch
 from bot.events import Platform, session_id_for
 from bot.ops.scheduler import open_scheduler

@@ -22,13 +22,13 @@ import redis.asyncio as aioredis
 from pydantic import SecretStr
 
 from agent_core import validate_history
-from agent_core.approvals import Approval, Verdict
-from agent_core.keys import Keys
-from agent_core.store import HistoryStore
+from agent_core._approvals import Approval, Verdict
+from agent_core._keys import Keys
+from agent_core._store import HistoryStore
 from bot.events import Platform, session_id_for
 from bot.settings import Settings
-from cards.feishu import HEADER_TEMPLATES
-from cards.model import CardStatus
+from cards._feishu import HEADER_TEMPLATES
+from cards._model import CardStatus
 from tests.bot.control.test_approvals import RESTART, mcp_settings, restarts
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_core.keys import Keys
+from agent_core._keys import Keys
 from bot.control.subagent_desk import SubagentCards
 from bot.control.subagents import ChildRecord, ChildState, SubagentRegistry
 from bot.events import ChatEvent, Platform
@@ -43,7 +43,7 @@ from bot.keys import BotKeys
 from bot.ops.reaper import INTERRUPTED_ERROR
 from bot.publishing.platform import CardRef, CardTarget
 from bot.state.turn_jobs import TurnJob
-from cards.model import CardStatus, ProgressCard
+from cards._model import CardStatus, ProgressCard
 
 TOKEN = 7
 """The parent's (and each child's) lease token; a park with another one is fenced."""

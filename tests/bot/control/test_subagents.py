@@ -22,7 +22,7 @@ from bot.events import ChatEvent, Platform, session_id_for
 from bot.keys import BotKeys
 from bot.publishing.platform import CardTarget
 from bot.state.settle import SettleWriter
-from cards.model import CardStatus, ProgressCard
+from cards._model import CardStatus, ProgressCard
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.inprocess_bot import Bot

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from agent_core.approvals import Verdict
+from agent_core._approvals import Verdict
 from bot.events import Platform
 from bot.keys import BotKeys
 from bot.ops.scheduled_jobs import ScheduledJob, ScheduledJobs, SlackThreads

@@ -39,9 +39,9 @@ from bot.settings import Settings
 from bot.state.audit import AuditEvent, AuditLog
 from bot.state.runs import RunIndex
 from cards import CardStatus, ProgressCard, render_console, render_feishu, render_slack
-from cards.console import STOP_HINT
-from cards.limits import FEISHU
-from cards.model import LINK_CHARS, CardStep
+from cards._console import STOP_HINT
+from cards._limits import FEISHU
+from cards._model import LINK_CHARS, CardStep
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.inprocess_bot import open_bot

@@ -28,7 +28,7 @@ from bot.publishing.card_record import CardRecord
 from bot.publishing.platform import CardTarget
 from bot.settings import Settings
 from bot.state.lease import Leases
-from cards.model import ProgressCard
+from cards._model import ProgressCard
 from tests.fakes import signing as sg
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.loopback import free_port

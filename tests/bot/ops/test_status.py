@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 from rich.console import Console
 
 from agent_core import UserMessage
-from agent_core.store import HistoryStore
+from agent_core._store import HistoryStore
 from bot.control.subagents import ChildRecord, ChildState, SubagentRegistry, child_event
 from bot.events import ChatEvent, Platform
 from bot.keys import BotKeys
@@ -37,7 +37,7 @@ from bot.ops.status import (
     render_tree,
 )
 from bot.publishing.card_record import CardRecord
-from cards.model import CardStatus, ProgressCard
+from cards._model import CardStatus, ProgressCard
 
 CHATOPS = str(Path(sys.executable).with_name("chatops"))
 KEYS = BotKeys()

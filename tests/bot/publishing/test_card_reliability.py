@@ -29,7 +29,7 @@ from bot.publishing.platform import CardTarget
 from bot.settings import Settings
 from bot.state.lease import Leases
 from bot.state.settle import Book, SettleWriter
-from cards.model import CardStatus, ProgressCard
+from cards._model import CardStatus, ProgressCard
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.fakes.slack_api import FakeSlackAPI, ratelimited, slack_error

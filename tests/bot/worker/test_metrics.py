@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent_core.diagnostics import RunDiagnostics, TraceEntry
+from agent_core._diagnostics import RunDiagnostics, TraceEntry
 from bot.control.killswitch import KillSwitch
 from bot.keys import BotKeys
 from bot.worker.metrics import steer_to_cut, stop_to_quiet

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from agent_core.tools.hygiene import UNTRUSTED_NOTE
+from agent_core.tools._hygiene import UNTRUSTED_NOTE
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
 from tests.fakes.service import LEAK_SECRETS

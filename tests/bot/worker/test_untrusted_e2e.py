@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from agent_core.tools.mcp import StdioServerConfig
+from agent_core.tools._mcp import StdioServerConfig
 from bot.settings import Settings
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg

@@ -1,5 +1,0 @@
-"""The model boundary: pure wire conversion (`convert`) and the streaming client (`client`)."""
-
-from agent_core.llm.client import ChatModel, ModelResponse, OpenAIChatModel, Usage
-
-__all__ = ["ChatModel", "ModelResponse", "OpenAIChatModel", "Usage"]

@@ -1,0 +1,128 @@
+"""A progress card as plain text for a terminal (the console platform), wrapped to a width.
+
+Contract: the text has no ANSI or other control sequences (every piece of user- or model-provided
+text goes through `_lines.clean`, which drops ESC and the other C0/C1 controls except tab and
+newline), no line is longer than `width` characters, a live card ends with exactly one
+`STOP_HINT` line and a final card has none. The words (status, steps, interventions) are the
+shared ones of `cards._lines`, as on Slack and Feishu. Width is counted in characters; a wide
+character (CJK, emoji) takes two terminal columns, so such a line may look longer.
+
+Layout, in order: a `== title ===` rule; the status and elapsed time; the newest steps; the
+interventions; the answer between two rules; the replay link (when set); the Stop hint (only
+while live).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from cards import _lines
+from cards._limits import truncate
+from cards._mentions import defuse
+from cards._model import CardStatus, ProgressCard
+
+__all__ = ["ANSWER_CHARS", "MIN_WIDTH", "STOP_HINT", "render_console"]
+
+STOP_HINT = "[ /stop ] Stop"
+"""The last line of a live card: the console's Stop "button" (the client sends the stop action)."""
+MIN_WIDTH = 30
+"""Narrower widths are rendered at this width."""
+ANSWER_CHARS = 20_000
+"""Characters of the answer shown at most (our choice: a terminal scrolls, but not forever)."""
+STEP_LINES = 20
+"""Tool calls listed at most (the newest; as on Slack)."""
+INTERVENTION_LINES = 10
+"""Interventions listed at most (the newest)."""
+_INDENT = "  "
+_T = TypeVar("_T")
+_UNTITLED = "Analysis"
+
+
+def _plain(text: str) -> str:
+    """Defuse mentions, as on the chat platforms; plain text has no markup to escape.
+
+    Cleaning already removed every control character. Defusing matters should the text be
+    pasted into a chat.
+    """
+    return defuse(text)
+
+
+def render_console(card: ProgressCard, width: int = 80) -> str:
+    """The card as plain text lines of at most `width` characters, joined by newlines."""
+    width = max(width, MIN_WIDTH)
+    lines = [_rule(card.title, width), *_wrap(_status(card), width)]
+    steps = _listed(card.steps, lambda step: _lines.step_line(step, _plain), STEP_LINES, "step")
+    interventions = _listed(
+        card.interventions,
+        lambda intervention: _lines.intervention_line(intervention, _plain),
+        INTERVENTION_LINES,
+        "intervention",
+    )
+    children = _listed(
+        card.children, lambda child: _lines.child_line(child, _plain), STEP_LINES, "sub-agent"
+    )
+    for block in (steps, interventions, children):
+        if block:
+            lines.append("")
+            lines.extend(line for text in block.split("\n") for line in _wrap(text, width, 1))
+    if card.status is CardStatus.ANSWERED:
+        lines.extend(_answer(card.answer, width))
+    if card.status is CardStatus.AWAITING_APPROVAL:
+        for approval in card.approvals:
+            lines.append("")
+            lines.extend(_wrap(_lines.approval_line(approval, _plain), width, 1))
+            lines.append(f"  [ /approve {approval.value} ]  [ /deny {approval.value} ]")
+    if link := card.shown_link:
+        lines.extend(["", *_wrap(f"Replay: {link}", width)])
+    if not card.is_final:
+        lines.extend(["", STOP_HINT])
+    return "\n".join(lines)
+
+
+def _rule(title: str, width: int) -> str:
+    """`== Why is checkout slow? =====…` filling the width."""
+    shown = truncate(_lines.one_line(title), width - 4, escape=defuse) or _UNTITLED
+    return f"== {shown} ".ljust(width, "=")
+
+
+def _status(card: ProgressCard) -> str:
+    icon = _lines.STATUS_ICONS[card.status]
+    said = _lines.status_text(card, _plain)
+    return f"{icon} {said} · {_lines.elapsed(card.elapsed_s)}"
+
+
+def _listed(items: Sequence[_T], line: Callable[[_T], str], most: int, noun: str) -> str:
+    """The newest `most` items' lines: a terminal has no size limit but the line count."""
+    return _lines.tail(items, line, max_lines=most, fits=lambda _: True, noun=noun)
+
+
+def _wrap(text: str, width: int, depth: int = 0) -> list[str]:
+    """One logical line folded to `width`; continuation lines are indented one level deeper."""
+    indent = _INDENT * depth
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=indent,
+        subsequent_indent=indent + _INDENT,
+        break_on_hyphens=False,
+    ) or [indent]
+
+
+def _answer(answer: str, width: int) -> list[str]:
+    """The answer between two rules, line breaks kept, plus a note when it had to be shortened."""
+    text = _lines.clean(answer).strip()
+    shown = truncate(text, ANSWER_CHARS, escape=defuse)
+    if not shown:
+        return []
+    rule = "-" * width
+    body = [
+        folded
+        for line in shown.splitlines()
+        for folded in (textwrap.wrap(line, width, break_on_hyphens=False) if line.strip() else [""])
+    ]
+    note = (
+        [f"(Answer shortened: {len(text):,} characters in all.)"] if shown != defuse(text) else []
+    )
+    return ["", rule, *body, *note, rule]

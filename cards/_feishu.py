@@ -1,0 +1,206 @@
+"""A progress card as a Feishu card JSON 2.0 object.
+
+Contract: for any card the JSON stays within `FeishuLimits` (its bytes by the plan documented
+there, a handful of the ~200 elements, every markdown element within its characters), a live
+card has exactly one Stop button whose callback value is `{"action", "turn", "thread"}` (what the
+ingress reads) and a final card none, and no user- or model-provided text can mention anyone
+(docs/reliability.md A6).
+
+Escaping: Feishu markdown mentions, links with hidden targets, colours and other rich markup are
+all HTML-like tags (`<at id=all></at>`, `<at user_id="ou_x"></at>`, `<link>`, `<font>`), and a
+bare "@all" in markdown is plain text (open.feishu.cn, card JSON 2.0 "Rich text (Markdown)").
+So user text gets `<` and `>` as the character references `&#60;` and `&#62;`, which is how
+Feishu's markdown docs say to show those characters literally. The header title is `plain_text`,
+which Feishu never parses.
+
+Elements, in order: markdown (status and elapsed time); markdown (the newest steps); markdown
+(interventions); hr, markdown and maybe a note (the answer); button (Stop, only while live);
+button (Replay, when the card has a link).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from cards import _lines
+from cards._limits import FEISHU, FeishuLimits, LimitExceeded, truncate
+from cards._mentions import defuse
+from cards._model import CardApproval, CardStatus, ProgressCard
+
+__all__ = ["HEADER_TEMPLATES", "STOP_ACTION", "escape_markdown", "json_bytes", "render_feishu"]
+
+Element = dict[str, Any]
+
+STOP_ACTION = "stop"
+"""`value.action` of the Stop button's callback."""
+APPROVE_ACTION = "approve"
+DENY_ACTION = "deny"
+"""`value.action` of a waiting call's buttons; `value.call` is `CardApproval.value`."""
+HEADER_TEMPLATES: Mapping[CardStatus, str] = MappingProxyType(
+    {
+        CardStatus.QUEUED: "grey",
+        CardStatus.WORKING: "blue",
+        CardStatus.STOPPING: "orange",
+        CardStatus.AWAITING_APPROVAL: "purple",
+        CardStatus.DISPATCHED: "indigo",
+        CardStatus.ANSWERED: "green",
+        CardStatus.STOPPED: "grey",
+        CardStatus.FAILED: "red",
+        CardStatus.INTERRUPTED: "yellow",
+        CardStatus.CANCELLED: "grey",
+    }
+)
+"""The header colour (Feishu's `template`) for each status."""
+_UNTITLED = "Analysis"
+_ESCAPES = str.maketrans({"<": "&#60;", ">": "&#62;"})
+
+
+def escape_markdown(text: str) -> str:
+    """Show `<` and `>` literally in Feishu markdown, so no tag (`<at id=all>`) can form.
+
+    Mentions, broadcasts (`@_all`, `@所有人`) and markdown links (`[good](evil)`) are defused
+    first (`cards._mentions`).
+    """
+    return defuse(text).translate(_ESCAPES)
+
+
+def json_bytes(value: object) -> int:
+    """Bytes of `value` as the card is measured: UTF-8 of `json.dumps(..., ensure_ascii=False)`."""
+    return len(json.dumps(value, ensure_ascii=False).encode())
+
+
+def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str, Any]:
+    """The card as a JSON 2.0 object for `im/v1/messages` (create, reply or PATCH).
+
+    Raises:
+        LimitExceeded: The turn and thread ids are too long for the button's value (never cut).
+    """
+    within = _fits(limits.markdown_bytes)
+    elements = [_markdown(truncate(_status(card), limits.markdown_chars, fits=within))]
+    steps = _lines.tail(
+        card.steps,
+        lambda step: _lines.step_line(step, escape_markdown),
+        max_lines=limits.step_lines,
+        fits=lambda text: len(text) <= limits.markdown_chars and within(text),
+        noun="step",
+    )
+    if steps:
+        elements.append(_markdown(steps))
+    people = _lines.tail(
+        card.interventions,
+        lambda intervention: _lines.intervention_line(intervention, escape_markdown),
+        max_lines=limits.intervention_lines,
+        fits=lambda text: len(text) <= limits.markdown_chars and within(text),
+        noun="intervention",
+    )
+    if people:
+        elements.append(_markdown(people))
+    children = _lines.tail(
+        card.children,
+        lambda child: _lines.child_line(child, escape_markdown),
+        max_lines=limits.step_lines,
+        fits=lambda text: len(text) <= limits.markdown_chars and within(text),
+        noun="sub-agent",
+    )
+    if children:
+        elements.append(_markdown(children))
+    if card.status is CardStatus.ANSWERED:
+        elements.extend(_answer(card.answer, limits))
+    if card.status is CardStatus.AWAITING_APPROVAL:
+        for approval in card.approvals[: limits.approvals]:
+            elements.append(_markdown(_lines.approval_line(approval, escape_markdown)))
+            elements.append(_button(card, approval, APPROVE_ACTION, "Approve", "primary", limits))
+            elements.append(_button(card, approval, DENY_ACTION, "Deny", "danger", limits))
+    if not card.is_final:
+        elements.append(_stop_button(card, limits))
+    if link := card.shown_link:
+        elements.append(_link_button("Replay", link))
+    return {
+        "schema": "2.0",
+        "config": {"update_multi": True},
+        "header": _header(card, limits),
+        "body": {"elements": elements},
+    }
+
+
+def _fits(budget: int) -> Callable[[str], bool]:
+    """A test that a text, as a JSON string, takes at most `budget` bytes."""
+    return lambda text: json_bytes(text) <= budget
+
+
+def _status(card: ProgressCard) -> str:
+    icon = _lines.STATUS_ICONS[card.status]
+    said = _lines.status_text(card, escape_markdown)
+    return f"{icon} **{said}**  ·  {_lines.elapsed(card.elapsed_s)}"
+
+
+def _answer(answer: str, limits: FeishuLimits) -> list[Element]:
+    """A rule and the answer, plus a note when the answer had to be shortened."""
+    text = _lines.clean(answer).strip()
+    shown = truncate(
+        text, limits.markdown_chars, escape=escape_markdown, fits=_fits(limits.answer_bytes)
+    )
+    if not shown:
+        return []
+    elements = [{"tag": "hr"}, _markdown(shown)]
+    if shown != escape_markdown(text):
+        note = f"*Answer shortened to fit the card ({len(text):,} characters in all).*"
+        elements.append(_markdown(note, text_size="notation"))
+    return elements
+
+
+def _header(card: ProgressCard, limits: FeishuLimits) -> Element:
+    title = truncate(_lines.one_line(card.title), limits.title_chars, escape=defuse) or _UNTITLED
+    return {
+        "title": {"tag": "plain_text", "content": title},
+        "template": HEADER_TEMPLATES[card.status],
+    }
+
+
+def _markdown(content: str, *, text_size: str = "normal") -> Element:
+    return {"tag": "markdown", "content": content, "text_size": text_size}
+
+
+def _stop_button(card: ProgressCard, limits: FeishuLimits) -> Element:
+    value = {"action": STOP_ACTION, "turn": card.turn_id, "thread": card.thread}
+    return _callback_button("Stop", "danger", value, limits)
+
+
+def _button(
+    card: ProgressCard,
+    approval: CardApproval,
+    action: str,
+    label: str,
+    kind: str,
+    limits: FeishuLimits,
+) -> Element:
+    """Approve or Deny for one waiting call: the callback value names the call."""
+    value = {"action": action, "call": approval.value, "thread": card.thread}
+    return _callback_button(label, kind, value, limits)
+
+
+def _link_button(label: str, url: str) -> Element:
+    """A button that opens `url` (card JSON 2.0 `open_url` behavior); it sends no callback."""
+    behavior = {"type": "open_url", "default_url": url}
+    return {
+        "tag": "button",
+        "text": {"tag": "plain_text", "content": label},
+        "type": "default",
+        "behaviors": [behavior],
+    }
+
+
+def _callback_button(label: str, kind: str, value: dict[str, str], limits: FeishuLimits) -> Element:
+    """A button whose press comes back as a `card.action.trigger` callback with `value`."""
+    size = json_bytes(value)
+    if size > limits.button_value_bytes:
+        raise LimitExceeded("button value", size=size, limit=limits.button_value_bytes)
+    return {
+        "tag": "button",
+        "text": {"tag": "plain_text", "content": label},
+        "type": kind,
+        "behaviors": [{"type": "callback", "value": value}],
+    }

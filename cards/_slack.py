@@ -1,0 +1,195 @@
+"""A progress card as Slack Block Kit blocks, and the message's notification text.
+
+Contract: the blocks pass Slack's validation for any card (at most 7 of the 50 blocks, every text
+within `SlackLimits`), a live card has exactly one Stop button and a final card none, and no
+user- or model-provided text can mention anyone (docs/reliability.md A6). Mentions, channel pings
+and links in mrkdwn all need `<` (`<!channel>`, `<@U123>`, `<https://x|y>`), and Slack's
+documented escaping turns every `&`, `<`, `>` into `&amp;`, `&lt;`, `&gt;`; `verbatim: true`
+also stops Slack's own parsing of a bare `@channel`
+(docs.slack.dev/messaging/formatting-message-text#escaping). Header and button labels are
+`plain_text`, which Slack never parses for mentions. On top of that, every such token is defused
+with an invisible word joiner (`cards._mentions`), the header's too.
+
+Blocks, in order: header (the task); section (status and elapsed time); section (the newest
+steps); context (interventions); divider, section and maybe a context note (the answer); actions
+(Stop while live; Replay when the card has a link).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cards import _lines
+from cards._limits import SLACK, LimitExceeded, SlackLimits, truncate
+from cards._mentions import defuse
+from cards._model import CardApproval, CardStatus, ProgressCard
+
+__all__ = ["STOP_ACTION_ID", "escape_mrkdwn", "render_slack", "slack_text"]
+
+Block = dict[str, Any]
+
+STOP_ACTION_ID = "stop"
+"""The Stop button's `action_id`; its `value` is the turn id."""
+APPROVE_ACTION_ID = "approve"
+DENY_ACTION_ID = "deny"
+"""The `action_id`s of a waiting call's buttons; their `value` is `CardApproval.value`."""
+REPLAY_ACTION_ID = "replay"
+"""The Replay link button's `action_id` (its `url` is `ProgressCard.link`)."""
+_UNTITLED = "Analysis"
+"""Shown when the task is empty: Slack refuses an empty header."""
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def escape_mrkdwn(text: str) -> str:
+    """Escape `&`, `<` and `>` as Slack requires for text that must show literally.
+
+    Mentions, broadcasts and links are defused first (`cards._mentions`), so a bare `@here`
+    cannot ping even where a client parses it.
+    """
+    return defuse(text).translate(_ESCAPES)
+
+
+def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]:
+    """The card as Block Kit blocks for `chat.postMessage` / `chat.update`.
+
+    Raises:
+        LimitExceeded: The turn id is longer than a button value may be (it is never cut).
+    """
+    blocks = [_header(card, limits), _section(_status(card), limits.section_text)]
+    steps = _lines.tail(
+        card.steps,
+        lambda step: _lines.step_line(step, escape_mrkdwn),
+        max_lines=limits.step_lines,
+        fits=lambda text: len(text) <= limits.section_text,
+        noun="step",
+    )
+    if steps:
+        blocks.append(_section(steps, limits.section_text))
+    people = _lines.tail(
+        card.interventions,
+        lambda intervention: _lines.intervention_line(intervention, escape_mrkdwn),
+        max_lines=limits.intervention_lines,
+        fits=lambda text: len(text) <= limits.context_text,
+        noun="intervention",
+    )
+    if people:
+        blocks.append(_context(people, limits))
+    children = _lines.tail(
+        card.children,
+        lambda child: _lines.child_line(child, escape_mrkdwn),
+        max_lines=limits.step_lines,
+        fits=lambda text: len(text) <= limits.section_text,
+        noun="sub-agent",
+    )
+    if children:
+        blocks.append(_section(children, limits.section_text))
+    if card.status is CardStatus.ANSWERED:
+        blocks.extend(_answer(card.answer, limits))
+    if card.status is CardStatus.AWAITING_APPROVAL:
+        for approval in card.approvals[: limits.approvals]:
+            line = _lines.approval_line(approval, escape_mrkdwn)
+            blocks.append(_section(line, limits.section_text))
+            blocks.append(_decision(approval, limits))
+    if not card.is_final or card.shown_link:
+        blocks.append(_actions(card, limits))
+    return blocks
+
+
+def slack_text(card: ProgressCard, limits: SlackLimits = SLACK) -> str:
+    """The message's top-level `text`: what notifications and screen readers show.
+
+    It is mrkdwn too, so it is escaped like the blocks. Send it without `link_names`/`parse=full`,
+    which would turn a bare `@channel` into a ping.
+    """
+    title = _lines.piece(card.title, limits.header_text, escape_mrkdwn) or _UNTITLED
+    return truncate(f"{title} · {_lines.status_text(card, escape_mrkdwn)}", limits.fallback_text)
+
+
+def _status(card: ProgressCard) -> str:
+    icon = _lines.STATUS_ICONS[card.status]
+    said = _lines.status_text(card, escape_mrkdwn)
+    return f"{icon} *{said}*  ·  {_lines.elapsed(card.elapsed_s)}"
+
+
+def _answer(answer: str, limits: SlackLimits) -> list[Block]:
+    """Divider and answer section, plus a note when the answer had to be shortened."""
+    text = _lines.clean(answer).strip()
+    shown = truncate(text, limits.section_text, escape=escape_mrkdwn)
+    if not shown:
+        return []
+    blocks = [{"type": "divider"}, _section(shown, limits.section_text)]
+    if shown != escape_mrkdwn(text):
+        note = f"_Answer shortened to fit Slack ({len(text):,} characters in all)._"
+        blocks.append(_context(note, limits))
+    return blocks
+
+
+def _header(card: ProgressCard, limits: SlackLimits) -> Block:
+    title = truncate(_lines.one_line(card.title), limits.header_text, escape=defuse) or _UNTITLED
+    return {"type": "header", "text": {"type": "plain_text", "text": title, "emoji": True}}
+
+
+def _mrkdwn(text: str, limit: int) -> Block:
+    # The cut is only a guard: every caller already fits its text. Cutting escaped text can leave
+    # a stray `&am`, never a `<`, so it cannot create markup.
+    return {"type": "mrkdwn", "text": truncate(text, limit), "verbatim": True}
+
+
+def _section(text: str, limit: int) -> Block:
+    return {"type": "section", "text": _mrkdwn(text, limit)}
+
+
+def _context(text: str, limits: SlackLimits) -> Block:
+    return {"type": "context", "elements": [_mrkdwn(text, limits.context_text)]}
+
+
+def _actions(card: ProgressCard, limits: SlackLimits) -> Block:
+    """Stop while live, and Replay when the card has a link (live or final)."""
+    buttons: list[Block] = []
+    if not card.is_final:
+        if len(card.turn_id) > limits.button_value:
+            raise LimitExceeded("turn_id", size=len(card.turn_id), limit=limits.button_value)
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": STOP_ACTION_ID,
+                "value": card.turn_id,
+                "style": "danger",
+                "text": {"type": "plain_text", "text": truncate("Stop", limits.button_text)},
+            }
+        )
+    if link := card.shown_link:
+        # A link button: Slack opens the URL and still sends a `block_actions` press, which
+        # the steer policy ignores (no marker for this action id).
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": REPLAY_ACTION_ID,
+                "url": link,
+                "text": {"type": "plain_text", "text": truncate("Replay", limits.button_text)},
+            }
+        )
+    return {"type": "actions", "elements": buttons}
+
+
+def _decision(approval: CardApproval, limits: SlackLimits) -> Block:
+    """Approve and Deny for one waiting call; their value names the call and its arguments."""
+    if len(approval.value) > limits.button_value:
+        raise LimitExceeded("approval value", size=len(approval.value), limit=limits.button_value)
+
+    def button(action_id: str, label: str, style: str) -> Block:
+        return {
+            "type": "button",
+            "action_id": action_id,
+            "value": approval.value,
+            "style": style,
+            "text": {"type": "plain_text", "text": truncate(label, limits.button_text)},
+        }
+
+    return {
+        "type": "actions",
+        "elements": [
+            button(APPROVE_ACTION_ID, "Approve", "primary"),
+            button(DENY_ACTION_ID, "Deny", "danger"),
+        ],
+    }
