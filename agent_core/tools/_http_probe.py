@@ -36,7 +36,6 @@ from agent_core.tools._address_policy import (
     Target,
     resolve_target,
     system_resolver,
-    url_argument,
 )
 from agent_core.tools._base import Interruptibility, Risk, Tool, ToolContext
 
@@ -82,7 +81,12 @@ def http_probe_tool(
             "certificate's expiry, subject and issuer, or why verification failed. "
             "Only allowlisted hosts can be reached."
         ),
-        parameters=url_argument(),
+        parameters={
+            "type": "object",
+            "properties": {"url": {"type": "string", "description": "http:// or https:// URL"}},
+            "required": ["url"],
+            "additionalProperties": False,
+        },
         handler=handler,
         interruptibility=Interruptibility.ABORTABLE,
         timeout_s=TIMEOUT_S,
