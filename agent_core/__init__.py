@@ -66,6 +66,7 @@ from agent_core._outcome import (
 from agent_core._redaction import redact
 from agent_core._repair import RepairReport, repair_history
 from agent_core._store import TURN_KEY_TTL_S, Fence, HistoryStore, map_redis_errors
+from agent_core._tokens import estimate_tokens
 from agent_core._untrusted import QuoteKind, aquote_untrusted, neutralise_markers
 from agent_core.tools import (
     HostAllowlist,
@@ -174,6 +175,7 @@ __all__ = [
     "UserKind",
     "UserMessage",
     "dump_message",
+    "estimate_tokens",
     "http_get_tool",
     "is_closed",
     "load_message",
