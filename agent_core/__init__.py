@@ -69,14 +69,19 @@ from agent_core._store import TURN_KEY_TTL_S, Fence, HistoryStore, map_redis_err
 from agent_core._tokens import estimate_tokens
 from agent_core._untrusted import QuoteKind, aquote_untrusted, neutralise_markers
 from agent_core.tools import (
+    READ_RUNBOOK,
+    SEARCH_RUNBOOKS,
     HostAllowlist,
     Interruptibility,
     RetryPolicy,
     Risk,
+    RunbookLibrary,
+    RunbookLimits,
     Tool,
     ToolContext,
     Toolset,
     http_get_tool,
+    runbook_tools,
 )
 from agent_core.tools._bounded_body import BodyLimit
 from agent_core.tools._http_probe import http_probe_tool
@@ -115,6 +120,11 @@ __all__ = [
     "map_redis_errors",
     "neutralise_markers",
     "prometheus_tool",
+    "READ_RUNBOOK",
+    "RunbookLibrary",
+    "RunbookLimits",
+    "SEARCH_RUNBOOKS",
+    "runbook_tools",
     "redact",
     "shell_tool",
     "subagent_tools",

@@ -81,6 +81,16 @@ class Settings(BaseSettings):
     mcp_servers: str = Field(default="", validation_alias="CHATOPS_MCP_SERVERS")
     """A JSON list of MCP servers whose tools the agent may call (format and safe defaults in
     `agent_core.tools._mcp.config`); empty: none."""
+    instructions_file: str | None = Field(
+        default=None, validation_alias="CHATOPS_INSTRUCTIONS_FILE"
+    )
+    """A Markdown file of the team's instructions (services, conventions, what never to
+    suggest), read at worker start and appended to the system prompt (`bot.worker.prompt`); at
+    most 32 KiB of UTF-8, or the worker refuses to start. Unset or empty: none."""
+    runbooks_dir: str | None = Field(default=None, validation_alias="CHATOPS_RUNBOOKS_DIR")
+    """A folder of Markdown runbooks (`*.md`, subfolders too) the read-only `search_runbooks`
+    and `read_runbook` tools search and read, indexed at worker start and again whenever the
+    folder changes; not a directory: the worker refuses to start. Unset or empty: no tools."""
     responders: str = Field(default="", validation_alias="CHATOPS_RESPONDERS")
     """Comma-separated qualified ids (`slack:U…`, `feishu:ou_…`, `console:<user>`) of the
     responder groups: the people who may approve a call that changes something. A bare id

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import redis.asyncio as aioredis
 
-from agent_core import Budget, ControlPlane, LoopLimits, Runtime
+from agent_core import SEARCH_RUNBOOKS, Budget, ControlPlane, LoopLimits, Runtime
 from bot.analysis.actor import Actor, ActorOptions, ActorParts
 from bot.analysis.card_factory import CardFactory
 from bot.analysis.settlement import Settlement
@@ -39,20 +39,14 @@ from bot.worker.clients import metered_platforms, open_clients, require_durable_
 from bot.worker.metrics import WorkerMetrics
 from bot.worker.model import build_chat_model
 from bot.worker.process import Worker, WorkerOptions
+from bot.worker.prompt import read_team_instructions, system_prompt
 from bot.worker.tools import open_toolset
 
 __all__ = [
-    "INSTRUCTIONS",
     "build_actor",
     "open_worker",
     "pricing_from",
 ]
-
-INSTRUCTIONS = (
-    "You are chatops, an SRE assistant in an incident thread. Investigate with your tools, "
-    "say what you checked, and end with a short, concrete answer. When a person corrects you, "
-    "follow the correction while the original task still stands."
-)
 
 
 def pricing_from(settings: Settings) -> Pricing:
@@ -145,17 +139,22 @@ async def _open_runtime(
 ) -> Runtime:
     """The runtime of the turns, its model client and tools opened on `stack`, in that order.
 
+    The system prompt is chatops's own (`bot.worker.prompt`), with the team's instructions file
+    read before anything is opened.
+
     Raises:
-        BotConfigError: A tool's setting cannot work.
+        BotConfigError: A tool's setting or the instructions file cannot work.
     """
+    team = await read_team_instructions(settings.instructions_file)
     model, openai_client = build_chat_model(settings)
     stack.push_async_callback(openai_client.close)
     toolset = await open_toolset(settings, stack, subagents)
+    runbooks = toolset.get(SEARCH_RUNBOOKS) is not None
     return Runtime(
         model=AuditedModel(model),
         redis=redis,
         toolset=failpoints.toolset(toolset),
-        instructions=INSTRUCTIONS,
+        instructions=system_prompt(team=team, runbooks=runbooks),
         sink=failpoints.sink(),
         limits=LoopLimits(
             budget=Budget(

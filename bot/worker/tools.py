@@ -1,11 +1,13 @@
 """The worker's tools, built from the settings, with the HTTP clients and MCP sessions they use.
 
 Contract: every client and session opened here is closed by the caller's stack, in reverse of
-the order they open in: the shared HTTP client, the `http_get` client, the probe's client, then
-the MCP sessions. A setting that cannot work raises `BotConfigError` naming it
-(`CHATOPS_MCP_SERVERS: ...`) before any tool runs. The tools keep one order (`http_get`, the
-sub-agent tools, then probe, Prometheus, shell and MCP as configured), and the MCP SDK is
-imported only when `CHATOPS_MCP_SERVERS` is set.
+the order they open in: the shared HTTP client, the `http_get` client, the probe's client, the
+runbooks' index, then the MCP sessions. A setting that cannot work raises `BotConfigError`
+naming it (`CHATOPS_MCP_SERVERS: ...`) before any tool runs. The tools keep one order
+(`http_get`, the sub-agent tools, then probe, Prometheus, shell, runbooks and MCP as
+configured), and the MCP SDK is imported only when `CHATOPS_MCP_SERVERS` is set. The runbooks'
+index is built in a worker thread (`RunbookLibrary.open`), so a large folder does not stall the
+loop.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from agent_core import (
     CommandAllowlist,
     ConfigError,
     HostAllowlist,
+    RunbookLibrary,
     ShellProfiles,
     Tool,
     Toolset,
@@ -29,6 +32,7 @@ from agent_core import (
     open_mcp_tools,
     parse_mcp_servers,
     prometheus_tool,
+    runbook_tools,
     shell_tool,
     subagent_tools,
 )
@@ -63,6 +67,7 @@ async def open_toolset(
         *_probe_tools(settings, stack),
         *_prometheus_tools(settings, http, limit),
         *_shell_tools(settings),
+        *await _runbook_tools(settings, stack),
         *await _mcp_tools(settings, stack, limit),
     ]
     return guarded(Toolset.of(tools))
@@ -123,6 +128,22 @@ def _shell_tools(settings: Settings) -> list[Tool]:
         raise BotConfigError(f"CHATOPS_SHELL_ALLOWLIST: {exc}") from exc
     cap = min(settings.tool_max_bytes, SHELL_MAX_OUTPUT_BYTES)
     return [shell_tool(commands, max_output_bytes=cap)]
+
+
+async def _runbook_tools(settings: Settings, stack: AsyncExitStack) -> list[Tool]:
+    """`search_runbooks` and `read_runbook`, when `CHATOPS_RUNBOOKS_DIR` is set.
+
+    Raises:
+        BotConfigError: The folder is not a directory that can be read.
+    """
+    if not (folder := (settings.runbooks_dir or "").strip()):
+        return []
+    try:
+        library = await RunbookLibrary.open(folder)
+    except ConfigError as exc:
+        raise BotConfigError(f"CHATOPS_RUNBOOKS_DIR: {exc}") from exc
+    stack.callback(library.close)
+    return runbook_tools(library)
 
 
 async def _mcp_tools(settings: Settings, stack: AsyncExitStack, limit: BodyLimit) -> list[Tool]:

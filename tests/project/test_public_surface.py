@@ -29,13 +29,18 @@ def test_tools_package_exports() -> None:
     assert sorted(agent_core.tools.__all__) == [
         "HostAllowlist",
         "Interruptibility",
+        "READ_RUNBOOK",
         "RetryPolicy",
         "Risk",
+        "RunbookLibrary",
+        "RunbookLimits",
+        "SEARCH_RUNBOOKS",
         "Tool",
         "ToolContext",
         "ToolHandler",
         "Toolset",
         "http_get_tool",
+        "runbook_tools",
     ]
 
 
