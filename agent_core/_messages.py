@@ -62,6 +62,9 @@ class UserKind(StrEnum):
     """A correction sent while an analysis was running; the original task still stands."""
     NOTICE = "notice"
     """Anything else a person or the system adds between turns."""
+    CONTEXT = "context"
+    """The thread's earlier messages, quoted as untrusted data, before the task that starts an
+    analysis; kept verbatim like the task."""
 
 
 class UserMessage(_Frozen):

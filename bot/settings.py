@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     """Times one exact call (same tool, same arguments) may run in one turn."""
     token_budget: int = Field(default=0, ge=0, validation_alias="CHATOPS_TOKEN_BUDGET")
     """Prompt plus completion tokens of one turn; 0: no token budget."""
+    thread_context_tokens: int = Field(
+        default=4000, ge=0, validation_alias="CHATOPS_THREAD_CONTEXT_TOKENS"
+    )
+    """Tokens of a thread's earlier messages an analysis starts with; 0: none are read."""
     lease_ttl_s: float = Field(default=30.0, gt=0, validation_alias="CHATOPS_LEASE_TTL_S")
     production: bool = Field(default=False, validation_alias="CHATOPS_PRODUCTION")
     """Refuse to start against a Redis that would lose the queue on restart (no AOF)."""

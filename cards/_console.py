@@ -53,6 +53,8 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
     """The card as plain text lines of at most `width` characters, joined by newlines."""
     width = max(width, MIN_WIDTH)
     lines = [_rule(card.title, width), *_wrap(_status(card), width)]
+    if note := _lines.note_line(card, _plain):
+        lines.extend(_wrap(note, width))
     steps = _listed(card.steps, lambda step: _lines.step_line(step, _plain), STEP_LINES, "step")
     interventions = _listed(
         card.interventions,

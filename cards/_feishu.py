@@ -58,6 +58,11 @@ _UNTITLED = "Analysis"
 _ESCAPES = str.maketrans({"<": "&#60;", ">": "&#62;"})
 
 
+NOTE_BYTES = 1_000
+"""Bytes of the card's note: the byte plan (`cards._limits`) leaves about 2 KB beside its
+elements, of which this is the note's."""
+
+
 def escape_markdown(text: str) -> str:
     """Show `<` and `>` literally in Feishu markdown, so no tag (`<at id=all>`) can form.
 
@@ -80,6 +85,9 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
     """
     within = _fits(limits.markdown_bytes)
     elements = [_markdown(truncate(_status(card), limits.markdown_chars, fits=within))]
+    if note := _lines.note_line(card, escape_markdown):
+        shown = truncate(note, limits.markdown_chars, fits=_fits(NOTE_BYTES))
+        elements.append(_markdown(shown, text_size="notation"))
     steps = _lines.tail(
         card.steps,
         lambda step: _lines.step_line(step, escape_markdown),

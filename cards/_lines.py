@@ -203,6 +203,12 @@ def status_text(card: ProgressCard, escape: Escape) -> str:
             assert_never(card.status)
 
 
+def note_line(card: ProgressCard, escape: Escape) -> str:
+    """`ℹ️ Started without the thread's earlier messages: …`, or "" when the card has no note."""
+    note = piece(card.note, ERROR_CHARS, escape)
+    return f"ℹ️ {note}" if note else ""
+
+
 def approval_line(approval: CardApproval, escape: Escape) -> str:
     """`✋ Needs approval (changes something): `restart_pod` {"pod": "checkout-1"}`."""
     kind = (

@@ -170,6 +170,9 @@ class ProgressCard:
     still running have answered."""
     link: str = ""
     """Where the analysis can be replayed (`CHATOPS_PUBLIC_URL` + `/runs/{turn}`); empty: none."""
+    note: str = ""
+    """A remark on how the analysis runs, under its status (it started without the thread's
+    earlier messages, and why); empty: none."""
 
     @property
     def is_final(self) -> bool:

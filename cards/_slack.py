@@ -10,7 +10,8 @@ also stops Slack's own parsing of a bare `@channel`
 `plain_text`, which Slack never parses for mentions. On top of that, every such token is defused
 with an invisible word joiner (`cards._mentions`), the header's too.
 
-Blocks, in order: header (the task); section (status and elapsed time); section (the newest
+Blocks, in order: header (the task); section (status and elapsed time); context (the card's
+note, if any: it started without the thread's messages); section (the newest
 steps); context (interventions); divider, section and maybe a context note (the answer); actions
 (Stop while live; Replay when the card has a link).
 """
@@ -56,6 +57,8 @@ def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]
         LimitExceeded: The turn id is longer than a button value may be (it is never cut).
     """
     blocks = [_header(card, limits), _section(_status(card), limits.section_text)]
+    if note := _lines.note_line(card, escape_mrkdwn):
+        blocks.append(_context(note, limits))
     steps = _lines.tail(
         card.steps,
         lambda step: _lines.step_line(step, escape_mrkdwn),

@@ -27,6 +27,11 @@ __all__ = ["ToolCallAssembler", "messages_to_wire", "tools_to_wire", "unique_cal
 
 
 def _user_text(message: UserMessage) -> str:
+    if message.kind is UserKind.CONTEXT:
+        return (
+            "[The thread's earlier messages, for context only: the task is the next message.]\n"
+            f"{message.content}"
+        )
     if message.kind is UserKind.STEER:
         who = message.author or "a participant"
         return (

@@ -107,6 +107,10 @@ class CardTracker:
             approvals=(),
         )
 
+    def note(self, text: str) -> None:
+        """A remark under the status for the rest of the analysis (e.g. no thread context)."""
+        self._set(note=text)
+
     def handed_over(self) -> None:
         """The turn was drained: another worker continues the analysis on this card."""
         self._set(handed_over=True)

@@ -6,6 +6,9 @@ Contract:
   starts from the closed history plus every steer queued at the cut, in order (the runtime's
   `begin_turn` absorbs them; the model sees each as a correction from a named person). Steers or
   queued messages that arrive while the final answer streams also get a follow-up turn.
+- A new analysis's first turn starts from the thread's earlier messages (when there are any
+  and a `ThreadContext` is given), then the task; a thread that could not be read is a note on
+  the card, never a reason not to start.
 - A completed turn with an empty answer (not steered) climbs the remedy ladder: it is re-run
   with a nudge, at most `remedy_rungs` times.
 - A drained turn is settled `drained` and its continuation queued for any worker; the card stays
@@ -49,6 +52,7 @@ from agent_core import (
 from bot.analysis.outcomes import ChainEnd, FinalCard, HandedOver, Parked, WaitingFor
 from bot.analysis.progress import CardTracker
 from bot.analysis.settlement import Settlement
+from bot.analysis.thread_context import ThreadContext
 from bot.control.subagent_desk import SubagentDesk
 from bot.control.subagents import ChildState
 from bot.events import ChatEvent, Platform
@@ -130,8 +134,10 @@ class TurnChain:
         remedy_rungs: int,
         max_turns: int,
         subagents: SubagentDesk,
+        thread_context: ThreadContext | None = None,
     ) -> None:
         self._runtime = runtime
+        self._thread_context = thread_context
         self._keys = keys
         self._settle = settle
         self._settlement = settlement
@@ -174,15 +180,28 @@ class TurnChain:
                     assert_never(never)
 
     async def _first_inputs(self, chain: Chain) -> list[UserMessage]:
-        """The first turn's inputs: the task (unless resumed) and the messages queued since."""
+        """The first turn's inputs: context and task (unless resumed), then the messages queued."""
         session = chain.job.session_id
-        task = [] if chain.job.resumed else [_task(chain.job.event)]
+        task = [] if chain.job.resumed else await self._opening(chain)
         if not chain.job.resumed:
             await self._registry.forget_stop(session)  # a new analysis: its tree may grow
         inputs = [*task, *await self._followups.take_inbox(session)]
         if children := await self._registry.children(session):
             chain.tracker.children(children)
         return inputs
+
+    async def _opening(self, chain: Chain) -> list[UserMessage]:
+        """A new analysis's task, after the thread's earlier messages when there are any.
+
+        A thread that could not be read does not hold the analysis up: the card says so.
+        """
+        event = chain.job.event
+        if self._thread_context is None:
+            return [_task(event)]
+        context = await self._thread_context.read(event)
+        if context.note:
+            chain.tracker.note(context.note)
+        return [context.message, _task(event)] if context.message else [_task(event)]
 
     async def _after(self, chain: Chain, outcome: RunOutcome) -> FollowUp | ChainEnd:
         """What follows a turn that ended with `outcome`: another turn, or the chain's end."""

@@ -19,6 +19,7 @@ from bot.analysis.actor import Actor, ActorOptions, ActorParts
 from bot.analysis.card_factory import CardFactory
 from bot.analysis.settlement import Settlement
 from bot.analysis.takeover import Takeover
+from bot.analysis.thread_context import ThreadContext
 from bot.analysis.turn_chain import TurnChain
 from bot.control.killswitch import KillSwitch
 from bot.control.subagent_desk import SubagentDesk
@@ -35,7 +36,12 @@ from bot.state.followups import Followups
 from bot.state.lease import Leases
 from bot.state.runs import RunIndex
 from bot.state.settle import Pricing, SettleWriter
-from bot.worker.clients import metered_platforms, open_clients, require_durable_redis
+from bot.worker.clients import (
+    metered_platforms,
+    open_clients,
+    require_durable_redis,
+    thread_readers,
+)
 from bot.worker.metrics import WorkerMetrics
 from bot.worker.model import build_chat_model
 from bot.worker.process import Worker, WorkerOptions
@@ -68,6 +74,7 @@ def build_actor(
     options: ActorOptions | None = None,
     failpoints: Failpoints | None = None,
     subagents: SubagentDesk | None = None,
+    thread_context: ThreadContext | None = None,
 ) -> Actor:
     """The worker's actor, with every collaborator it uses built here, once.
 
@@ -81,6 +88,7 @@ def build_actor(
         options: Bounds of each analysis.
         failpoints: Where a test kills the worker; none armed by default.
         subagents: The sub-agent desk the tools share; one of its own by default.
+        thread_context: Reads a mention's thread for its analysis; none by default.
     """
     options = options or ActorOptions()
     subagents = subagents or SubagentDesk(SubagentRegistry(redis, keys))
@@ -95,6 +103,7 @@ def build_actor(
         remedy_rungs=options.remedy_rungs,
         max_turns=options.max_turns,
         subagents=subagents,
+        thread_context=thread_context,
     )
     parts = ActorParts(
         runtime=runtime,
@@ -255,6 +264,9 @@ async def open_worker(
             options=_actor_options(settings, actor_options),
             failpoints=failpoints,
             subagents=subagents,
+            thread_context=ThreadContext(
+                thread_readers(settings), max_tokens=settings.thread_context_tokens
+            ),
         )
         port = settings.worker_metrics_port if metrics_port is None else metrics_port
         await _serve(stack, lambda: metrics.scrape(redis, keys), metrics_host, port)

@@ -1,4 +1,4 @@
-"""The clients the worker and the scheduler share: Redis and the platforms' card clients.
+"""The clients the worker and the scheduler share: Redis, card clients, thread readers.
 
 Contract: `open_clients` closes, through the caller's stack, only what it opened (a given Redis
 client is the caller's); the platforms' clients close before the Redis client they may write
@@ -21,6 +21,7 @@ from bot.errors import BotConfigError
 from bot.events import Platform
 from bot.publishing.metered_platform import MeteredPlatform
 from bot.publishing.platform import ChatPlatform
+from bot.publishing.thread_reader import ThreadReader
 from bot.settings import Settings
 from bot.worker.metrics import WorkerMetrics
 
@@ -29,6 +30,7 @@ __all__ = [
     "open_clients",
     "platforms_from",
     "require_durable_redis",
+    "thread_readers",
     "worker_redis",
 ]
 
@@ -92,6 +94,24 @@ def platforms_from(
             "(CHATOPS_CONSOLE_TOKEN)"
         )
     return platforms
+
+
+def thread_readers(settings: Settings) -> dict[Platform, ThreadReader]:
+    """The thread readers of the configured chat platforms (the console has no thread to read).
+
+    Raises:
+        BotConfigError: A platform's credentials are incomplete.
+    """
+    readers: dict[Platform, ThreadReader] = {}
+    if settings.slack_bot_token is not None:
+        from bot.adapters.slack.thread import SlackThreads
+
+        readers[Platform.SLACK] = SlackThreads.from_settings(settings)
+    if settings.feishu_app_id and settings.feishu_app_secret is not None:
+        from bot.adapters.feishu.thread import FeishuThreads
+
+        readers[Platform.FEISHU] = FeishuThreads.from_settings(settings)
+    return readers
 
 
 def worker_redis(url: str) -> aioredis.Redis:

@@ -80,6 +80,7 @@ cards_strategy = st.builds(
     pending_calls=st.integers(0, 10**6),
     answer=long_texts,
     error=long_texts,
+    note=long_texts,
 )
 
 
