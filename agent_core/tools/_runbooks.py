@@ -268,9 +268,9 @@ def _render_hits(
     if not hits:
         lines.append("no runbook matches; try other words (the alert's name, the symptom)")
     elif count > len(hits):
-        lines.append(f"{count} match; the best {len(hits)}:")
+        lines.append(f"{count} runbooks match; the best {len(hits)}:")
     else:
-        lines.append(f"{count} match:")
+        lines.append(f"{count} {'runbook matches' if count == 1 else 'runbooks match'}:")
     for rank, hit in enumerate(hits, 1):
         lines.append(f"{rank}. {hit.name}: {hit.title}" + (f" ({hit.note})" if hit.note else ""))
         lines.append(f"   {' '.join(hit.passage.split())}")
@@ -304,7 +304,8 @@ def _resolve(root: str, scan: Scan, name: object) -> Entry:
     for candidate in (relative, f"{relative}.md"):
         if entry := scan.named(candidate):
             return entry
-    if os.path.islink(os.path.join(root, relative)):
+    real = os.path.realpath(os.path.join(root, relative))  # `..`-free: only links can lead out
+    if os.path.commonpath([root, real]) != root:
         raise ToolFailed(f"{text!r} is a symlink out of the runbooks folder: it is not read")
     raise ToolFailed(f"no runbook named {text!r}; {SEARCH_RUNBOOKS} lists the names")
 
