@@ -22,6 +22,12 @@ Contract (codes and messages from open.feishu.cn / open.larkoffice.com docs unle
   an unknown id is 230001 ``ext=invalid message_id``; more than :attr:`patch_qps_limit` PATCHes
   of one message within a second is 230020; content over 30 KB (cards) / 150 KB (text) is
   230025. All are HTTP 400. A repeated ``uuid`` returns the first message (Feishu's idempotency).
+* ``GET /open-apis/im/v1/messages/{message_id}`` answers ``data.items`` with the one message;
+  ``GET /open-apis/im/v1/messages`` lists a chat (``container_id_type=chat``) or a topic
+  (``thread``, every message of the topic, root included) a page at a time: ``data.items``,
+  ``has_more``, ``page_token``; ``body.content`` is a JSON string; ``sender.sender_type`` is
+  ``user`` or ``app`` (``id_type`` ``open_id`` or ``app_id``), ``sender_name`` when
+  ``with_sender_name=true``. Seed messages with :meth:`FakeFeishuAPI.add_message`.
 * CardKit: create a card entity (card JSON 2.0 only), update it (``PUT``), change its settings,
   stream an element's text. ``sequence`` is per card and must strictly increase across all of
   these (the first update needs ≥1): otherwise 300317 "sequence number compare failed". Element
@@ -79,6 +85,7 @@ __all__ = [
     "MESSAGE_RATE_LIMITED",
     "MESSAGE_RECALLED",
     "RATE_LIMITED",
+    "SCOPE_MISSING",
     "SEQUENCE_COMPARE_FAILED",
     "STREAMING_CLOSED",
     "TOKEN_INVALID",
@@ -121,6 +128,9 @@ INVALID_APP_ID = 10003
 """Token endpoint, unknown app id (code seen quoted; message ours)."""
 INVALID_APP_SECRET = 10014
 """Token endpoint, wrong app secret (code seen quoted; message ours)."""
+SCOPE_MISSING = 99991672
+"""The app lacks the permission an API needs: "Access denied. One of the following scopes is
+required: [...]" (code seen quoted; HTTP 400 here)."""
 
 _TOKEN_TTL_S = 7200
 _TEXT_LIMIT = 150 * 1024
@@ -219,6 +229,8 @@ class FakeFeishuAPI(LoopbackAPI):
             ),
             Route("/open-apis/bot/v3/info", self._route("bot.v3.info"), methods=["GET"]),
             Route(im, self._route("im.v1.message.create"), methods=["POST"]),
+            Route(im, self._route("im.v1.message.list"), methods=["GET"]),
+            Route(im + "/{message_id}", self._route("im.v1.message.get"), methods=["GET"]),
             Route(im + "/{message_id}/reply", self._route("im.v1.message.reply"), methods=["POST"]),
             Route(im + "/{message_id}", self._route("im.v1.message.patch"), methods=["PATCH"]),
             Route(cards, self._route("cardkit.v1.card.create"), methods=["POST"]),
@@ -252,11 +264,14 @@ class FakeFeishuAPI(LoopbackAPI):
         self._uuids: dict[tuple[str, str], str] = {}
         self._patches: dict[str, deque[float]] = {}
         self._cards: dict[str, dict[str, Any]] = {}
+        self._names: dict[str, str] = {}
         self._handlers: dict[
             str, Callable[[Mapping[str, str], dict[str, Any], dict[str, str]], Simulated]
         ] = {
             "bot.v3.info": self._bot_info,
             "im.v1.message.create": self._create,
+            "im.v1.message.list": self._list,
+            "im.v1.message.get": self._get,
             "im.v1.message.reply": self._reply,
             "im.v1.message.patch": self._patch,
             "cardkit.v1.card.create": self._card_create,
@@ -285,21 +300,58 @@ class FakeFeishuAPI(LoopbackAPI):
         self._uuids.clear()
         self._patches.clear()
         self._cards.clear()
+        self._names.clear()
         self.patch_qps_limit = 5
 
     def add_message(
-        self, message_id: str, *, chat_id: str = FEISHU_CHAT_ID, text: str = "", root_id: str = ""
+        self,
+        message_id: str,
+        *,
+        chat_id: str = FEISHU_CHAT_ID,
+        text: str = "",
+        root_id: str = "",
+        msg_type: str = "text",
+        content: Any = None,
+        sender_id: str = "ou_human",
+        sender_type: str = "user",
+        sender_name: str = "",
+        create_time_ms: int | None = None,
+        thread_id: str = "",
     ) -> None:
-        """Seed a human's message (replies to unknown ``om_`` ids are accepted anyway)."""
+        """Seed a message (replies to unknown ``om_`` ids are accepted anyway).
+
+        A person's text message by default; ``msg_type`` with ``content`` (a dict, stored as
+        its JSON string the way Feishu keeps ``body.content``) for a post or a card, and
+        ``sender_type="app"`` with the app's ``cli_`` id as ``sender_id`` for an app's message.
+        A reply with ``root_id`` joins the root's thread (created when the root has none), as
+        a reply in a topic does.
+        """
+        body = content if content is not None else {"text": text}
+        sender = {"id": sender_id, "id_type": "open_id", "sender_type": sender_type}
+        if sender_type == "app":
+            sender["id_type"] = "app_id"
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "root_id": root_id,
+            "msg_type": msg_type,
+            "create_time": str(create_time_ms if create_time_ms is not None else _now_ms()),
+            "deleted": False,
+            "updated": False,
+            "chat_id": chat_id,
+            "sender": sender,
+            "body": {"content": json.dumps(body, ensure_ascii=False)},
+        }
         with self._state:
-            self._messages[message_id] = {
-                "message_id": message_id,
-                "root_id": root_id,
-                "msg_type": "text",
-                "chat_id": chat_id,
-                "sender": {"id": "ou_human", "id_type": "open_id", "sender_type": "user"},
-                "body": {"content": json.dumps({"text": text})},
-            }
+            if sender_name:
+                self._names[sender_id] = sender_name
+            root = self._messages.get(root_id) if root_id else None
+            if root is not None:
+                root.setdefault("thread_id", "omt_" + os.urandom(8).hex())
+                message["thread_id"] = root["thread_id"]
+                message["parent_id"] = root_id
+            elif thread_id:
+                message["thread_id"] = thread_id
+            self._messages[message_id] = message
 
     def recall(self, message_id: str) -> None:
         """Mark a message recalled: replies and PATCHes to it now fail with 230011."""
@@ -518,10 +570,77 @@ class FakeFeishuAPI(LoopbackAPI):
         target = self._messages.get(target_id, {})
         root_id = target.get("root_id") or target_id
         message = self._new_message(body, target.get("chat_id", FEISHU_CHAT_ID), root_id, target_id)
-        if body.get("reply_in_thread"):
+        if body.get("reply_in_thread") or target.get("thread_id"):
             message["thread_id"] = target.get("thread_id") or "omt_" + os.urandom(8).hex()
+            if target:
+                target["thread_id"] = message["thread_id"]  # the root heads the new topic
         self._remember("reply", body, message["message_id"])
         return _ok(message)
+
+    def _shown(self, message: dict[str, Any], query: Mapping[str, str]) -> dict[str, Any]:
+        """A message as the read APIs answer it (``sender_name`` when asked and known)."""
+        shown = json.loads(json.dumps(message))
+        name = self._names.get(shown["sender"].get("id", ""))
+        if query.get("with_sender_name") == "true" and name:
+            shown["sender"]["sender_name"] = name
+        return shown
+
+    def _get(
+        self, path: Mapping[str, str], body: dict[str, Any], query: dict[str, str]
+    ) -> Simulated:
+        """``GET /im/v1/messages/{message_id}``: ``data.items`` holds the one message."""
+        message_id = path["message_id"]
+        if message_id in self._recalled:
+            return _err(MESSAGE_RECALLED, "The message is recalled.")
+        message = self._messages.get(message_id)
+        if message is None:
+            return _invalid("invalid message_id")
+        return _ok({"items": [self._shown(message, query)]})
+
+    def _list(
+        self, path: Mapping[str, str], body: dict[str, Any], query: dict[str, str]
+    ) -> Simulated:
+        """``GET /im/v1/messages``: a chat's or a thread's messages, a page at a time.
+
+        ``container_id_type`` ``chat`` (the chat's messages outside topics, and the topics'
+        roots) or ``thread`` (every message of the topic, its root included);
+        ``sort_type`` ``ByCreateTimeAsc`` (default) or ``ByCreateTimeDesc``; ``page_size``
+        1..50 (default 20); ``page_token`` continues; recalled messages are left out.
+        """
+        kind, container = query.get("container_id_type"), query.get("container_id", "")
+        if kind not in ("chat", "thread") or not container:
+            return _err(FIELD_VALIDATION_FAILED, "field validation failed: container_id")
+        order = query.get("sort_type", "ByCreateTimeAsc")
+        try:
+            size = int(query.get("page_size", "20"))
+            start = int(query.get("page_token") or "0")
+        except ValueError:
+            return _err(FIELD_VALIDATION_FAILED, "field validation failed: page_size")
+        if order not in ("ByCreateTimeAsc", "ByCreateTimeDesc") or not 1 <= size <= 50:
+            return _err(FIELD_VALIDATION_FAILED, "field validation failed: page_size")
+        found = sorted(
+            (
+                m
+                for m in self._messages.values()
+                if m["message_id"] not in self._recalled
+                and (
+                    m.get("thread_id") == container
+                    if kind == "thread"
+                    else m["chat_id"] == container
+                    and m["message_id"] == (m.get("root_id") or m["message_id"])
+                )
+            ),
+            key=lambda m: (int(m["create_time"]), m["message_id"]),
+            reverse=order == "ByCreateTimeDesc",
+        )
+        page = found[start : start + size]
+        more = start + size < len(found)
+        data = {
+            "has_more": more,
+            "page_token": str(start + size) if more else "",
+            "items": [self._shown(m, query) for m in page],
+        }
+        return _ok(data)
 
     def _patch(
         self, path: Mapping[str, str], body: dict[str, Any], query: dict[str, str]

@@ -14,7 +14,9 @@ Contract:
   query string, form body and JSON body merged (slack_sdk sends ``chat.postMessage`` as JSON,
   ``chat.delete`` as query parameters on an empty form POST, ``users.info`` as a GET).
 * Implemented: ``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.delete``,
-  ``assistant.threads.setStatus``, ``conversations.replies``, ``users.info``. Messages are kept
+  ``assistant.threads.setStatus``, ``conversations.replies`` (the parent first, then the replies
+  oldest first; ``limit``, ``cursor``, ``latest``, ``oldest``, ``inclusive``, ``has_more`` and
+  ``response_metadata.next_cursor`` as Slack pages them), ``users.info``. Messages are kept
   per ``(channel, ts)``: updating or deleting an unknown (or deleted) ts is ``message_not_found``;
   touching a human's message is ``cant_update_message`` / ``cant_delete_message``. Blocks are
   checked against Slack's limits (≤50 blocks, ``action_id`` ≤255, button ``value`` ≤2000,
@@ -38,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import threading
@@ -91,6 +94,8 @@ MAX_SECTION_TEXT = 3000
 """Characters in a section block's ``text``."""
 
 _POLL_S = 0.005
+_REPLIES_LIMIT = 1000
+"""``conversations.replies``' default and largest ``limit`` (internal apps; Tier 3)."""
 _WAIT_S = 5.0
 _CHANNEL_ID = re.compile(r"^[CDG][A-Z0-9]{2,}$")
 
@@ -466,9 +471,45 @@ class FakeSlackAPI(LoopbackAPI):
         *,
         user: str = SLACK_USER_ID,
         thread_ts: str | None = None,
+        **fields: Any,
     ) -> None:
-        """Seed a human's message (e.g. the mention a thread hangs off) for replies lookups."""
+        """Seed a human's message (e.g. the mention a thread hangs off) for replies lookups.
+
+        ``fields`` are added as they are (``attachments``, ``blocks``, ``subtype``).
+        """
         message: dict[str, Any] = {"type": "message", "user": user, "text": text, "ts": ts}
+        if thread_ts is not None:
+            message["thread_ts"] = thread_ts
+        message.update(fields)
+        with self._state:
+            self._messages[(channel, ts)] = message
+
+    def add_app_message(
+        self,
+        channel: str,
+        ts: str,
+        *,
+        bot_id: str,
+        name: str,
+        text: str = "",
+        thread_ts: str | None = None,
+        **fields: Any,
+    ) -> None:
+        """Seed another app's message (an alert) as Slack stores it.
+
+        ``subtype: bot_message``, its ``bot_id``, ``username`` and ``bot_profile``, no ``user``;
+        ``fields`` as they are (``attachments``, ``blocks``).
+        """
+        message: dict[str, Any] = {
+            "type": "message",
+            "subtype": "bot_message",
+            "text": text,
+            "ts": ts,
+            "bot_id": bot_id,
+            "username": name,
+            "bot_profile": {"id": bot_id, "name": name, "deleted": False, "team_id": self.team_id},
+            **fields,
+        }
         if thread_ts is not None:
             message["thread_ts"] = thread_ts
         with self._state:
@@ -643,19 +684,61 @@ class FakeSlackAPI(LoopbackAPI):
         return _ok()
 
     def _replies(self, params: dict[str, Any]) -> Simulated:
+        """``conversations.replies``: the parent first, then its replies oldest first.
+
+        A page holds ``limit`` messages (1..1000, default 1000); ``latest``/``oldest`` bound
+        the replies (``inclusive`` keeps the bounds themselves); ``cursor`` continues a page.
+        """
         channel, ts = str(params.get("channel", "")), str(params.get("ts", ""))
+        if not channel or not ts:
+            return _err("invalid_arguments")
         if (channel, ts) not in self._messages:
             return _err("thread_not_found")
-        thread = [
+        try:
+            limit = int(params.get("limit") or _REPLIES_LIMIT)
+        except ValueError:
+            return _err("invalid_limit")
+        replies = self._thread_replies(channel, ts, params)
+        start = 0
+        cursor = str(params.get("cursor") or "")
+        if cursor:
+            try:
+                start = int(base64.b64decode(cursor).decode().removeprefix("offset:"))
+            except ValueError:
+                return _err("invalid_cursor")
+        parent = [self._messages[(channel, ts)]] if start == 0 else []
+        page_size = max(1, min(limit, _REPLIES_LIMIT)) - len(parent)
+        page = replies[start : start + page_size]
+        end = start + len(page)
+        more = end < len(replies)
+        next_cursor = base64.b64encode(f"offset:{end}".encode()).decode() if more else ""
+        return _ok(
+            messages=[*parent, *page],
+            has_more=more,
+            response_metadata={"next_cursor": next_cursor},
+        )
+
+    def _thread_replies(
+        self, channel: str, ts: str, params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The replies of a thread within ``latest``/``oldest``, oldest first."""
+        inclusive = str(params.get("inclusive", "")).lower() in ("1", "true")
+        latest, oldest = params.get("latest"), params.get("oldest")
+
+        def within(m_ts: str) -> bool:
+            key = float(m_ts)
+            if latest and (key > float(latest) or (key == float(latest) and not inclusive)):
+                return False
+            return not (
+                oldest and (key < float(oldest) or (key == float(oldest) and not inclusive))
+            )
+
+        found = [
             m
             for (c, m_ts), m in self._messages.items()
-            if c == channel and (m_ts == ts or m.get("thread_ts") == ts)
+            if c == channel and m_ts != ts and m.get("thread_ts") == ts and within(m_ts)
         ]
-        return _ok(
-            messages=sorted(thread, key=lambda m: m["ts"]),
-            has_more=False,
-            response_metadata={"next_cursor": ""},
-        )
+        return sorted(found, key=lambda m: m["ts"])
 
     def _users_info(self, params: dict[str, Any]) -> Simulated:
         user = self._users.get(str(params.get("user", "")))

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,6 +34,7 @@ from bot.adapters.message_text import Lines, runbook_urls, walk
 from bot.adapters.slack.cards import map_slack_errors
 from bot.adapters.slack.client import web_client
 from bot.adapters.slack.inbound import SlackIdentity
+from bot.errors import PlatformRejected
 from bot.events import ChatEvent
 from bot.publishing.thread_reader import Thread, ThreadMessage
 from bot.settings import Settings
@@ -235,6 +237,18 @@ def page_messages(
     return out
 
 
+@contextmanager
+def _naming_the_scope() -> Iterator[None]:
+    """A `missing_scope` refusal says which scope the app needs (Slack's `needed`)."""
+    try:
+        yield
+    except SlackApiError as exc:
+        if exc.response.get("error") != "missing_scope":
+            raise
+        needed = _clip(exc.response.get("needed")) or "a history scope"
+        raise PlatformRejected(f"Slack: missing_scope, the app needs {needed}") from exc
+
+
 def _cursor(page: Mapping[str, Any]) -> str:
     metadata = page.get("response_metadata")
     cursor = metadata.get("next_cursor") if isinstance(metadata, dict) else ""
@@ -271,7 +285,7 @@ class SlackThreads:
             PlatformError: Slack refused (`missing_scope`, `thread_not_found`, …) or is
                 unreachable.
         """
-        with map_slack_errors():
+        with map_slack_errors(), _naming_the_scope():
             identity = await self._whoami()
             reads, not_read = await self._pages(event, identity)
             await self._name(reads)
