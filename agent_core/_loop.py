@@ -30,16 +30,19 @@ from agent_core._approval_gate import ApprovalGate
 from agent_core._approvals import ApprovalBook
 from agent_core._batch_tail import Closed, close_batch, refuse
 from agent_core._budget import Budget, BudgetMeter, wrap_up_note
+from agent_core._context_window import ContextWindow, Prepared
 from agent_core._diagnostics import RunDiagnostics, RunOutcome
-from agent_core._errors import AgentError, HistoryRejected
+from agent_core._errors import AgentError, ConfigError, ContextTooLong, HistoryRejected
 from agent_core._events import EventSource, FunctionCallPart, Part, RunEvent, TextPart
+from agent_core._intent_check import IntentCheck, IntentChecker
 from agent_core._interrupts import TurnSignals, checkpoint, until_set
 from agent_core._keys import Keys
-from agent_core._llm.client import ChatModel, ModelResponse
+from agent_core._llm.client import ChatModel, DeltaSink, ModelResponse
 from agent_core._llm.convert import unique_call_ids
-from agent_core._messages import AssistantMessage, SystemMessage, UserKind, UserMessage
+from agent_core._messages import AssistantMessage, Message, SystemMessage, UserKind, UserMessage
 from agent_core._outcome import Awaiting, Cancelled, Completed, Failed, RunResult, Stopped
 from agent_core._resume_path import resume_open_batch
+from agent_core._step_labels import label_steps
 from agent_core._store import HistoryStore
 from agent_core._turn import EventSink, TurnRequest, TurnRun
 from agent_core.tools._base import Toolset
@@ -64,6 +67,23 @@ class LoopLimits:
     steer_cancels_tools: bool = True
     """A steer cancels interruptible tools of the open batch (must-complete ones finish), so the
     worst-case steer latency is the longest must-complete call rather than the whole batch."""
+    context_window_tokens: int = 128_000
+    """The model's context window: what one request sends is compacted to fit it, less the
+    reserve (`agent_core._context_window`)."""
+    answer_reserve_tokens: int = 4_096
+    """Tokens of the window kept free for the model's answer."""
+    intent_check: IntentCheck = IntentCheck.AFTER_REDIRECT
+    """When a batch's calls are first checked against people's corrections; a call found
+    inconsistent waits for approval (`agent_core._intent_check`)."""
+    intent_check_timeout_s: float = 60.0
+    """How long one intent check may take; past it, the calls it concerns wait for approval."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.answer_reserve_tokens < self.context_window_tokens // 2:
+            raise ConfigError(
+                f"the answer reserve ({self.answer_reserve_tokens} tokens) must be less than half "
+                f"the context window ({self.context_window_tokens} tokens)"
+            )
 
 
 Step = RunResult | Closed | None
@@ -94,11 +114,20 @@ class Runtime:
         self._instructions = instructions
         self._limits = limits or LoopLimits()
         self._sink = sink
+        self._window = ContextWindow(
+            window_tokens=self._limits.context_window_tokens,
+            reserve_tokens=self._limits.answer_reserve_tokens,
+        )
         self._gate = ApprovalGate(
             self._approvals,
             self._store,
             per_batch=self._limits.approvals_per_batch,
             timeout_s=self._limits.approval_timeout_s,
+            intent=IntentChecker(
+                model=model,
+                mode=self._limits.intent_check,
+                timeout_s=self._limits.intent_check_timeout_s,
+            ),
         )
 
     @property
@@ -177,10 +206,8 @@ class Runtime:
             run.diag.note("tombstoned")
             by = await self._approvals.stopped_by(run.request.session_id, run.request.turn_id)
             return Cancelled(by=by or "a stop recorded before the turn started")
-        run.history = await run.checked(start.history)
-        run.call_ids = {
-            c.id for m in run.history if isinstance(m, AssistantMessage) for c in m.tool_calls
-        }
+        run.history = await run.checked(start.history, start.checked)
+        run.call_ids = run.history_call_ids()
         return None
 
     async def _loop(self, run: TurnRun) -> RunResult:
@@ -226,11 +253,11 @@ class Runtime:
             await run.close([message])
             return Completed(answer=message.content, final_event_id=final.id)
         refused = run.meter.admit(calls)
-        gated = self._gate.select(run, calls, refused)
+        gated, why = await self._gate.select(run, calls, refused)  # and the intent check
         results = await run.run_batch(message, skip=gated | set(refused))
         if refused:
             results = await refuse(run, message, results, refused)
-        return await close_batch(run, self._gate, message, results, gated)
+        return await close_batch(run, self._gate, message, results, gated, why)
 
     async def _wrap_up(self, run: TurnRun, why: str) -> Completed | Stopped:
         """A spent budget: one last request with no tools, asking for the answer so far."""
@@ -254,8 +281,6 @@ class Runtime:
         stream races the stop flag: this stage cannot wait for its boundary to notice a stop.
         """
         messages = await run.checked(run.history)
-        if self._instructions:
-            messages = [SystemMessage(content=self._instructions), *messages]
         run.diag.model_requests += 1
         run.diag.note("model_request", str(run.diag.model_requests))
 
@@ -263,10 +288,8 @@ class Runtime:
             delta = RunEvent(source=EventSource.MODEL, parts=(TextPart(text=text),), partial=True)
             await run.observe(delta)
 
-        outcome = await until_set(
-            run.signals.stop,
-            self._model.respond(messages, run.toolset if tools is None else tools, on_delta),
-        )
+        toolset = run.toolset if tools is None else tools
+        outcome = await until_set(run.signals.stop, self._send(run, messages, toolset, on_delta))
         if isinstance(outcome, ModelResponse):
             run.diag.usage += outcome.usage  # tokens were spent even if the response is dropped
         if run.signals.stop.is_set():  # `until_set` was interrupted, or the stream just ended:
@@ -276,6 +299,56 @@ class Runtime:
         assert isinstance(outcome, ModelResponse)
         run.diag.note("model_response", outcome.response_id)
         return outcome
+
+    async def _send(
+        self, run: TurnRun, history: list[Message], toolset: Toolset, on_delta: DeltaSink
+    ) -> ModelResponse:
+        """Request with the history fitted to the context window; one harder retry on a 400."""
+        first = await self._fit(run, history, toolset, 1.0)
+        try:
+            return await self._respond(first, history, toolset, on_delta)
+        except ContextTooLong as exc:
+            run.diag.note("context_too_long", str(exc))
+            harder = self._window.learn(exc, first.estimate)
+        second = await self._fit(run, history, toolset, harder)
+        try:
+            return await self._respond(second, history, toolset, on_delta)
+        except ContextTooLong as exc:
+            raise ContextTooLong(
+                f"the conversation does not fit the model's context window even compacted: {exc}",
+                status=exc.status,
+                window=exc.window,
+                requested=exc.requested,
+            ) from exc
+
+    async def _fit(
+        self, run: TurnRun, history: list[Message], toolset: Toolset, harder: float
+    ) -> Prepared:
+        """What one request sends: the system prompt and the history, compacted to the window."""
+
+        async def summarize(messages: list[Message]) -> str:
+            response = await self._model.respond(messages, Toolset())  # audited like any request
+            run.diag.usage += response.usage
+            run.diag.note("context_summary", response.response_id)
+            return response.message.content
+
+        system = SystemMessage(content=self._instructions) if self._instructions else None
+        session = run.request.session_id
+        prepared = await self._window.prepare(
+            session, system, history, toolset, summarize, harder=harder
+        )
+        if prepared.compacted:
+            run.diag.note("context_compacted", prepared.compacted)
+        return prepared
+
+    async def _respond(
+        self, prepared: Prepared, history: list[Message], toolset: Toolset, on_delta: DeltaSink
+    ) -> ModelResponse:
+        # `[step 3]` ends each result: the card's number, counted in the whole history
+        sent = label_steps(prepared.messages, history)
+        response = await self._model.respond(sent, toolset, on_delta)
+        self._window.observe(prepared.estimate, response.usage.prompt_tokens)
+        return response
 
 
 def _trace_signals(run: TurnRun) -> None:

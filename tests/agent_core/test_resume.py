@@ -75,8 +75,9 @@ async def test_a_resumed_batch_keeps_finished_results_reruns_reads_and_doubts_wr
     assert restarts == []  # the side-effecting call is never run twice
     sent = [m for m in fake_llm.requests[0].messages if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in sent] == ["call_a", "call_b", "call_c"]
-    assert sent[0]["content"] == "200 OK (before the crash)"
-    assert sent[2]["content"] == IN_DOUBT
+    # Each result is sent labelled with its step (the card's number for it), never persisted.
+    assert sent[0]["content"] == "200 OK (before the crash)\n[step 1]"
+    assert sent[2]["content"] == f"{IN_DOUBT}\n[step 3]"
     history = await store.load(SESSION)
     validate_history(history)
     assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "tool", "assistant"]

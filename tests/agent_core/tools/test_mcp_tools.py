@@ -304,8 +304,8 @@ async def test_results_errors_and_other_content_reach_the_model(
         outcome = await runtime.run(TurnRequest(session_id=SESSION, turn_id="t1", inputs=task()))
     assert isinstance(outcome.result, Completed)
     logs, dashboard, drain = tool_results(fake_llm, 1)
-    assert logs == "api-0: OOMKilled at 12:03 (limit 512Mi)\napi-0: restarted 4 times"
-    assert dashboard == "dashboard api: p99 latency 2.4 s\n[image omitted: image/png]"
+    assert logs == "api-0: OOMKilled at 12:03 (limit 512Mi)\napi-0: restarted 4 times\n[step 1]"
+    assert dashboard == "dashboard api: p99 latency 2.4 s\n[image omitted: image/png]\n[step 2]"
     assert drain.startswith("error:") and "node node-7 is cordoned" in drain
     history = await runtime.store.load(SESSION)
     statuses = [m.status for m in history if isinstance(m, ToolMessage)]

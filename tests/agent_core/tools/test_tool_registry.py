@@ -153,7 +153,7 @@ async def test_a2_valid_arguments_reach_the_handler(make_runtime, fake_llm) -> N
         make_runtime, fake_llm, typed.tool, fp.ToolCall("count_pods", {"count": 3})
     )
     assert typed.runs == 1
-    assert [m["content"] for m in results] == ["count_pods ok after 1 run(s)"]
+    assert [m["content"] for m in results] == ["count_pods ok after 1 run(s)\n[step 1]"]
 
 
 # --- H2: one call of a parallel batch has invalid JSON ---
@@ -195,7 +195,7 @@ async def test_flaky_idempotent_tool_is_retried_until_it_succeeds(
         make_runtime, fake_llm, flaky.tool, fp.ToolCall("flaky_read")
     )
     assert flaky.runs == 3
-    assert [m["content"] for m in results] == ["flaky_read ok after 3 run(s)"]
+    assert [m["content"] for m in results] == ["flaky_read ok after 3 run(s)\n[step 1]"]
     kinds = [e.kind for e in outcome.diagnostics.trace if e.kind in ("tool_start", "tool_retry")]
     assert kinds == ["tool_start", "tool_retry", "tool_retry"]
 
@@ -224,7 +224,7 @@ async def test_failed_calls_run_as_often_as_the_policy_allows(
     tool = counting()
     _, results = await answer_batch(make_runtime, fake_llm, tool.tool, fp.ToolCall(tool.tool.name))
     assert tool.runs == runs
-    assert [m["content"] for m in results] == [answer]
+    assert [m["content"] for m in results] == [f"{answer}\n[step 1]"]  # its step label last
 
 
 class FixedDelay(RetryPolicy):

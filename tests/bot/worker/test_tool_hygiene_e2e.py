@@ -40,7 +40,7 @@ async def test_secrets_are_redacted_framed_and_injected_calls_run_nothing(
     content = tool_result["content"]
     assert "[REDACTED:slack_token]" in content and "[REDACTED:aws_access_key]" in content
     assert content.startswith(f'{UNTRUSTED_NOTE}\n<tool_output tool="http_get">\n')
-    assert content.count("</tool_output>") == 1 and content.endswith("</tool_output>")
+    assert content.count("</tool_output>") == 1 and content.endswith("</tool_output>\n[step 1]")
     assert "ignore previous instructions" in content  # shown as data, not dropped
 
     # A1: only read-only tools are offered; the injected call answers "unknown", runs nothing.

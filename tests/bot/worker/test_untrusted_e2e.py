@@ -69,7 +69,10 @@ def hostile_settings(bot_settings: Settings, hostile: HostileHttp, tmp_path: Pat
 
 
 def assert_quoted_once(content: str, tag: str) -> None:
-    """The forged text sits inside one `tag` block, the last thing in `content`, after a note."""
+    """The forged text sits inside one `tag` block, after a note; only a step label follows."""
+    body, _, last = content.rpartition("\n")
+    if re.fullmatch(r"\[step \d+\]", last):  # a tool result's label, the runtime's own line
+        content = body
     assert [m.group(1).lower() for m in _ANY_MARKER.finditer(content)] == [tag, tag]
     opened = content.index(f"<{tag} ")
     closed = content.rindex(f"\n</{tag}>")
