@@ -8,6 +8,7 @@ AgentError
 ├── ModelError             the model request failed
 │   ├── ModelUnavailable   network errors, 429/5xx after the client's own retries
 │   ├── ModelRejected      a 400 that is not about the history: never retried
+│   │   └── ContextTooLong the request exceeds the model's context window: compacted once more
 │   └── HistoryRejected    a 400 about the history: repaired once, then the turn fails
 └── ToolFailed             model-facing: becomes an error tool result, never ends the run
 ```
@@ -21,6 +22,7 @@ from __future__ import annotations
 __all__ = [
     "AgentError",
     "ConfigError",
+    "ContextTooLong",
     "HistoryError",
     "HistoryRejected",
     "ModelError",
@@ -75,6 +77,29 @@ class ModelUnavailable(ModelError):
 
 class ModelRejected(ModelError):
     """The provider refused the request (4xx) for a reason other than the history."""
+
+
+class ContextTooLong(ModelRejected):
+    """The request does not fit the model's context window (OpenAI's `context_length_exceeded`).
+
+    The run loop compacts what it sends harder and retries once; a second one fails the turn.
+
+    Attributes:
+        window: The context window the provider named, in its tokens, when it named one.
+        requested: The tokens the provider counted in the request's messages, when it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        window: int | None = None,
+        requested: int | None = None,
+    ) -> None:
+        super().__init__(message, status=status)
+        self.window = window
+        self.requested = requested
 
 
 class HistoryRejected(ModelError):

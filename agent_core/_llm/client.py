@@ -1,5 +1,12 @@
 """The model client: one `ChatModel` protocol and its OpenAI-compatible implementation.
 
+Context window: a 400 saying the request exceeds the model's context window becomes
+`ContextTooLong`, with the window and the request's size when the provider names them. Read
+from `code` (OpenAI's `context_length_exceeded`), `type` (llama.cpp's
+`exceed_context_size_error`, with `n_ctx` and `n_prompt_tokens`) or the message (vLLM answers
+`code: 400` and says "maximum context length is N tokens. However, you requested M tokens (K in
+the messages, …)"; older llama.cpp says "exceeds the available context size").
+
 Retries: the openai SDK already retries connection errors, 408, 409, 429 and 5xx with exponential
 backoff (honouring `Retry-After`) and never retries other 4xx; we rely on it (`max_retries`) rather
 than layering a second retry loop. A 400 is never retried here: when it is about the history, the
@@ -14,12 +21,19 @@ context manager and the partial response is discarded: nothing of it is returned
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent_core._errors import HistoryRejected, ModelError, ModelRejected, ModelUnavailable
+from agent_core._errors import (
+    ContextTooLong,
+    HistoryRejected,
+    ModelError,
+    ModelRejected,
+    ModelUnavailable,
+)
 from agent_core._llm.convert import ToolCallAssembler, messages_to_wire, tools_to_wire
 from agent_core._messages import AssistantMessage, Message
 from agent_core.tools._base import Toolset
@@ -27,7 +41,14 @@ from agent_core.tools._base import Toolset
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["ChatModel", "DeltaSink", "ModelResponse", "OpenAIChatModel", "Usage"]
+__all__ = [
+    "ChatModel",
+    "DeltaSink",
+    "ModelResponse",
+    "OpenAIChatModel",
+    "Usage",
+    "context_too_long",
+]
 
 DeltaSink = Callable[[str], Awaitable[None]]
 """Receives streamed text deltas as they arrive."""
@@ -36,6 +57,19 @@ DeltaSink = Callable[[str], Awaitable[None]]
 # §Platform facts): unanswered or duplicate call ids, orphan tool messages, empty ids, Anthropic's
 # tool_use blocks.
 _HISTORY_MARKERS = ("tool_call", "role 'tool'", "tool_use", "tool_result")
+# What OpenAI, vLLM and llama.cpp answer for a request over the context window (module docstring).
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+_CONTEXT_MARKERS = ("maximum context length", "exceeds the available context size")
+_WINDOW = (
+    re.compile(r"maximum context length is (\d{1,9}) tokens"),
+    re.compile(r"available context size \((\d{1,9}) tokens\)"),
+)
+_REQUESTED = (
+    re.compile(r"resulted in (\d{1,9}) tokens"),
+    re.compile(r"(\d{1,9}) in the messages"),
+    re.compile(r"request \((\d{1,9}) tokens\)"),
+)
+_MESSAGE_SCAN_CHARS = 2_000  # a provider's message is read this far, no further
 # Statuses the SDK retries itself; when they still fail, the provider is unavailable.
 _TRANSIENT = frozenset({408, 409, 429})
 
@@ -87,6 +121,13 @@ def map_openai_errors() -> Iterator[None]:
         yield
     except openai.BadRequestError as exc:
         text = str(exc.message)
+        body = exc.body if isinstance(exc.body, Mapping) else {}
+        said = body.get("message")
+        too_long = context_too_long(
+            said if isinstance(said, str) else text, code=exc.code, type_=exc.type, body=body
+        )
+        if too_long is not None:
+            raise too_long from exc
         kind = HistoryRejected if any(m in text for m in _HISTORY_MARKERS) else ModelRejected
         raise kind(text, status=exc.status_code) from exc
     except openai.APIStatusError as exc:
@@ -97,6 +138,36 @@ def map_openai_errors() -> Iterator[None]:
         raise ModelUnavailable(f"{type(exc).__name__}: {exc}") from exc
     except ValueError as exc:  # a stream chunk that is not valid JSON
         raise ModelUnavailable(f"malformed response stream: {exc}") from exc
+
+
+def context_too_long(
+    message: str, *, code: str | None, type_: str | None, body: Mapping[str, Any]
+) -> ContextTooLong | None:
+    """The `ContextTooLong` a provider's 400 means, or None when it is about something else.
+
+    Args:
+        message: The error's message.
+        code: Its `error.code` (OpenAI: `context_length_exceeded`; vLLM: `400`).
+        type_: Its `error.type` (llama.cpp: `exceed_context_size_error`).
+        body: Its `error` object (llama.cpp adds `n_ctx` and `n_prompt_tokens`).
+    """
+    text = message[:_MESSAGE_SCAN_CHARS]
+    lowered = text.lower()
+    if code not in _CONTEXT_CODES and type_ not in _CONTEXT_CODES:
+        if not any(marker in lowered for marker in _CONTEXT_MARKERS):
+            return None
+    window = _first_number(_WINDOW, text, body.get("n_ctx"))
+    requested = _first_number(_REQUESTED, text, body.get("n_prompt_tokens"))
+    return ContextTooLong(text, status=400, window=window, requested=requested)
+
+
+def _first_number(patterns: Sequence[re.Pattern[str]], text: str, given: object) -> int | None:
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
+        return given
+    for pattern in patterns:
+        if (found := pattern.search(text)) is not None:
+            return int(found.group(1))
+    return None
 
 
 class OpenAIChatModel:
