@@ -11,6 +11,7 @@ from agent_core._diagnostics import RunDiagnostics, RunOutcome, SettleRecord
 from agent_core._errors import (
     AgentError,
     ConfigError,
+    ContextTooLong,
     HistoryError,
     HistoryRejected,
     ModelError,
@@ -21,6 +22,7 @@ from agent_core._errors import (
 )
 from agent_core._events import EventSource, RunEvent
 from agent_core._history import is_closed, validate_history
+from agent_core._intent_check import IntentCheck
 from agent_core._interrupts import (
     BELL_TTL_S,
     PRIORITY,
@@ -138,6 +140,7 @@ __all__ = [
     "ChatModel",
     "Completed",
     "ConfigError",
+    "ContextTooLong",
     "ControlPlane",
     "Dispatched",
     "Drained",
@@ -148,6 +151,7 @@ __all__ = [
     "Fence",
     "HistoryStore",
     "HostAllowlist",
+    "IntentCheck",
     "Interruptibility",
     "Keys",
     "LoopLimits",

@@ -5,21 +5,33 @@ each answered exactly once by the contiguous tool messages right after it, and n
 answering nothing. The messages and `param` values are copied from real API responses quoted
 in public issue threads. The rehearsal model applies them like the real API, so the demo's
 "zero provider 400s" means what it says; the tests' fake provider applies the same rules.
+
+A context window is a rule too (`check_context`): a request whose messages and tools count more
+tokens than the window gets OpenAI's `context_length_exceeded` 400. Tokens are counted here in
+a way of our own, on purpose not chatops's estimate (`agent_core.estimate_tokens`): one token
+per 3.3 bytes of the request's `messages` and `tools` as compact JSON, rounded up. JSON keys,
+quotes and escapes count, as a real tokenizer's template does, so the runtime must calibrate
+from the reported usage to stay under a window, as it must against a real model.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CONTEXT_LENGTH_EXCEEDED",
     "DUPLICATE_CALL_ID",
     "ORPHAN_TOOL_MESSAGE",
     "UNANSWERED_CALLS",
     "Rejection",
+    "check_context",
     "check_history",
     "check_request",
+    "count_prompt_tokens",
     "error_body",
 ]
 
@@ -40,6 +52,16 @@ DUPLICATE_CALL_ID = (
     "and messages[{second}]."
 )
 """OpenAI's 400 for a tool_call_id used twice (param ``messages.[i].tool_call_id``)."""
+
+
+CONTEXT_LENGTH_EXCEEDED = (
+    "This model's maximum context length is {window} tokens. However, your messages resulted "
+    "in {tokens} tokens. Please reduce the length of the messages."
+)
+"""OpenAI's 400 for a request over the window (param ``messages``, code
+``context_length_exceeded``)."""
+
+_BYTES_PER_TOKEN = 3.3
 
 
 def error_body(message: str, type_: str, param: str | None, code: str | None) -> dict[str, Any]:
@@ -157,3 +179,19 @@ def _check_answers(
         return None
     param = f"messages.[{end}].role" if end < len(messages) else "messages"
     return Rejection(UNANSWERED_CALLS.format(ids=", ".join(missing)), param)
+
+
+def count_prompt_tokens(body: Mapping[str, Any]) -> int:
+    """The request's prompt tokens as this rule set counts them (module docstring)."""
+    counted = {"messages": body.get("messages") or [], "tools": body.get("tools") or []}
+    size = len(json.dumps(counted, separators=(",", ":"), ensure_ascii=False).encode())
+    return math.ceil(size / _BYTES_PER_TOKEN)
+
+
+def check_context(body: Mapping[str, Any], window: int) -> Rejection | None:
+    """OpenAI's ``context_length_exceeded`` 400 when the request counts more than ``window``."""
+    tokens = count_prompt_tokens(body)
+    if tokens <= window:
+        return None
+    message = CONTEXT_LENGTH_EXCEEDED.format(window=window, tokens=tokens)
+    return Rejection(message, "messages", "context_length_exceeded")

@@ -18,6 +18,11 @@ Contract:
   conversations whose requests may be repeated (a worker killed mid-stream asks again), where a
   global FIFO script cannot know which conversation comes next. A responder that raises gets
   the same non-retried 500, with its error.
+* With a context window set (:meth:`FakeProvider.set_context_window`), a valid request that
+  counts more tokens than the window gets OpenAI's exact ``context_length_exceeded`` 400
+  (``bot.demo.openai_rules.check_context``: the fake counts tokens its own way, not with
+  chatops's estimator) and consumes no reply; one within it is answered with its counted size
+  as ``usage.prompt_tokens``, as a real provider reports it. Every request's count is recorded.
 * Streams use the real wire format: blank-line separated ``data: {json}`` events of
   ``chat.completion.chunk`` objects; tool calls as one header delta per call followed by
   argument fragments; a final empty delta with ``finish_reason``; an optional usage chunk;
@@ -33,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import re
@@ -54,16 +60,20 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from bot.demo.openai_rules import (
+    CONTEXT_LENGTH_EXCEEDED,
     DUPLICATE_CALL_ID,
     ORPHAN_TOOL_MESSAGE,
     UNANSWERED_CALLS,
+    check_context,
     check_history,
     check_request,
+    count_prompt_tokens,
     error_body,
 )
 from tests.fakes.loopback_server import LoopbackServer
 
 __all__ = [
+    "CONTEXT_LENGTH_EXCEEDED",
     "DUPLICATE_CALL_ID",
     "EXHAUSTED",
     "ORPHAN_TOOL_MESSAGE",
@@ -78,6 +88,7 @@ __all__ = [
     "ToolCallsReply",
     "check_history",
     "check_request",
+    "count_prompt_tokens",
     "fake_llm",
 ]
 
@@ -360,6 +371,8 @@ class RecordedRequest:
     """``time.monotonic()`` when the request arrived."""
     status: int
     """HTTP status served."""
+    prompt_tokens: int = 0
+    """The request's size as the fake counts it (``count_prompt_tokens``)."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -460,6 +473,7 @@ class FakeProvider(LoopbackServer):
         self._aborted = 0
         self._generation = 0
         self._closing = False
+        self._window: int | None = None
         super().__init__(
             Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
         )
@@ -495,9 +509,18 @@ class FakeProvider(LoopbackServer):
         with self._state:
             self._responder = responder
 
-    def reset(self) -> None:
-        """Clear the script, the responder, the records and the aborts; release held answers."""
+    def set_context_window(self, tokens: int | None) -> None:
+        """Enforce a context window of ``tokens`` (None: none); :meth:`reset` clears it.
+
+        A request counted over it gets the ``context_length_exceeded`` 400.
+        """
         with self._state:
+            self._window = tokens
+
+    def reset(self) -> None:
+        """Clear script, responder, window, records and aborts; release held answers."""
+        with self._state:
+            self._window = None
             self._script.clear()
             self._responder = None
             self._requests.clear()
@@ -585,7 +608,8 @@ class FakeProvider(LoopbackServer):
     def _record(self, request: Request, body: dict[str, Any], arrived: float, status: int) -> None:
         """Append a record; the caller holds ``self._state``."""
         headers = {name.lower(): value for name, value in request.headers.items()}
-        self._requests.append(RecordedRequest(body, headers, arrived, status))
+        tokens = count_prompt_tokens(body)
+        self._requests.append(RecordedRequest(body, headers, arrived, status, tokens))
         self._notify()
 
     def _take(self, request: Request, body: dict[str, Any], arrived: float) -> Reply | None:
@@ -619,11 +643,17 @@ class FakeProvider(LoopbackServer):
             body = None
         rejection = check_request(body)
         body = body if isinstance(body, dict) else {}
+        with self._state:
+            window = self._window
+        if rejection is None and window is not None:
+            rejection = check_context(body, window)
         if rejection is not None:
             with self._state:
                 self._record(request, body, arrived, 400)
             return JSONResponse(rejection.body(), status_code=400)
         reply = self._take(request, body, arrived)
+        if window is not None and isinstance(reply, TextReply | ToolCallsReply):
+            reply = dataclasses.replace(reply, prompt_tokens=count_prompt_tokens(body))
         return self._respond(reply, body)
 
     def _respond(self, reply: Reply | None, body: dict[str, Any]) -> Response | _HeldResponse:

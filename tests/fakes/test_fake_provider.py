@@ -11,6 +11,8 @@ cases that are awkward to build through the SDK.
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +23,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from agent_core import estimate_tokens
 from tests.fakes.openai_provider import (
     DUPLICATE_CALL_ID,
     ORPHAN_TOOL_MESSAGE,
@@ -32,6 +35,7 @@ from tests.fakes.openai_provider import (
     ToolCall,
     ToolCallsReply,
     check_history,
+    count_prompt_tokens,
 )
 from tests.fakes.openai_provider import _fake_llm_server as _server_fixture  # noqa: F401
 from tests.fakes.openai_provider import fake_llm as _fake_llm_fixture  # noqa: F401
@@ -451,3 +455,84 @@ async def test_a_failing_responder_answers_500_without_retries(fake_llm: FakePro
     )
     assert "script is exhausted" in str(exhausted.value)
     assert [r.status for r in fake_llm.requests] == [500, 500]
+
+
+# --- The context window ----------------------------------------------------------------------
+
+
+def long_user(chars: int) -> dict[str, Any]:
+    return {"role": "user", "content": "x" * chars}
+
+
+async def test_a_request_over_the_window_gets_openais_context_length_exceeded(
+    fake_llm: FakeProvider,
+) -> None:
+    fake_llm.set_context_window(1_000)
+    fake_llm.script(TextReply("never served"))
+    messages = [long_user(4_000)]
+    async with sdk(fake_llm, max_retries=2) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(model="m", messages=messages)
+
+    counted = count_prompt_tokens({"messages": messages})
+    assert counted > 1_000
+    assert caught.value.code == "context_length_exceeded"
+    assert caught.value.param == "messages"
+    assert caught.value.type == "invalid_request_error"
+    assert caught.value.body == {
+        "message": (
+            "This model's maximum context length is 1000 tokens. However, your messages "
+            f"resulted in {counted} tokens. Please reduce the length of the messages."
+        ),
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+    assert [(r.status, r.prompt_tokens) for r in fake_llm.requests] == [(400, counted)]
+    assert fake_llm.remaining == 1  # not retried, and no reply consumed
+
+
+async def test_a_request_within_the_window_reports_its_counted_size(
+    fake_llm: FakeProvider,
+) -> None:
+    fake_llm.set_context_window(2_000)
+    fake_llm.script(TextReply("fits", prompt_tokens=10))
+    messages = [long_user(4_000)]
+    async with sdk(fake_llm) as client:
+        chunks = await collect(client, messages, stream_options={"include_usage": True})
+
+    counted = count_prompt_tokens({"messages": messages})
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.prompt_tokens == counted  # what the fake counted, not the knob
+    assert [(r.status, r.prompt_tokens) for r in fake_llm.requests] == [(200, counted)]
+
+
+async def test_tools_count_and_reset_clears_the_window(fake_llm: FakeProvider) -> None:
+    tool = {
+        "type": "function",
+        "function": {"name": "f", "description": "d" * 4_000, "parameters": {"type": "object"}},
+    }
+    fake_llm.set_context_window(1_000)
+    async with sdk(fake_llm) as client:
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(model="m", messages=[USER], tools=[tool])
+        fake_llm.reset()
+        fake_llm.script(TextReply("no window"))
+        await collect(client, [long_user(40_000)])
+    assert [r.status for r in fake_llm.requests] == [200]
+
+
+def test_the_fake_counts_tokens_its_own_way() -> None:
+    """Not chatops's estimate: JSON framing and escapes count, at 3.3 bytes a token."""
+    content = 'a "quoted" line\n' * 200
+    counted = count_prompt_tokens({"messages": [{"role": "user", "content": content}]})
+    assert counted == math.ceil(
+        len(
+            json.dumps(
+                {"messages": [{"role": "user", "content": content}], "tools": []},
+                separators=(",", ":"),
+            ).encode()
+        )
+        / 3.3
+    )
+    assert counted > estimate_tokens(content) * 1.3
