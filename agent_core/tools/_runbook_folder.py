@@ -181,11 +181,14 @@ def read_bounded(entry: Entry, limit: int) -> Bounded:
     try:
         # O_NOFOLLOW: the real path was resolved at the scan; a link put there since is refused.
         fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as file:
-            info = os.fstat(file.fileno())
+        try:
+            info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise ToolFailed(f"runbook {entry.name!r} is not a regular file")
-            data = file.read(limit + 1)
+            with open(fd, "rb", closefd=False) as file:
+                data = file.read(limit + 1)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise ToolFailed(f"runbook {entry.name!r} cannot be read: {exc.strerror or exc}") from exc
     cut = len(data) > limit

@@ -11,10 +11,13 @@ Contract:
   marked `**…**`. The tokenizer splits on anything but letters and digits, so Chinese or
   Japanese text is matched by whole runs, not by words: name such runbooks in English too.
 - **Queries are text, never FTS5 syntax.** The query's first `MAX_QUERY_CHARS` characters are
-  split into words (letters and digits) and at most `MAX_TERMS` distinct ones are searched, each
-  quoted, any of them matching (`"disk" OR "full"`): quotes, `*`, `NEAR(`, `AND` or a column
-  filter are plain words or nothing. A query without words is a tool error saying so; a longer
-  one is searched by its first terms, and the answer says so.
+  split into words (letters and digits); at most `MAX_TERMS` distinct words and as many pairs
+  of adjacent words are searched, each quoted, any of them matching (`"disk" OR "full" OR
+  "disk full"`): quotes, `*`, `NEAR(`, `AND` or a column filter are plain words or nothing. A
+  pair is a phrase, so a runbook holding the words together ranks above one holding them apart
+  ("sorry, too many clients" finds the connection runbook, not "Too many open files"). A query
+  without words is a tool error saying so; a longer one is searched by its first terms, and
+  the answer says so.
 - **Fresh without a restart.** `RunbookLibrary.open` builds the index in a worker thread. Before
   each search or read, the folder is scanned again (in a thread: names, sizes, mtimes and
   inodes, `_runbook_folder.Scan`); when the scan differs, the index is rebuilt in a thread,
@@ -38,7 +41,7 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -94,6 +97,21 @@ _COUNT = "SELECT count(*) FROM runbooks WHERE runbooks MATCH ?"
 
 
 @dataclass(frozen=True)
+class _Query:
+    """What is searched: each word, and each pair of adjacent words as a phrase."""
+
+    terms: list[str]
+    pairs: list[str]
+    cut: bool
+    """The query held more than is searched."""
+
+    @property
+    def match(self) -> str:
+        """The FTS5 expression: every word and pair quoted (they hold no quote), any matching."""
+        return " OR ".join(f'"{phrase}"' for phrase in [*self.terms, *self.pairs])
+
+
+@dataclass(frozen=True)
 class _Hit:
     name: str
     title: str
@@ -134,9 +152,9 @@ class _Index:
         self.indexed += 1
         return len(read.text.encode())
 
-    def search(self, terms: Sequence[str]) -> tuple[int, list[_Hit]] | None:
-        """How many runbooks match any of `terms`, and the best; None once closed."""
-        match = " OR ".join(f'"{term}"' for term in terms)  # words only: no quote inside
+    def search(self, query: _Query) -> tuple[int, list[_Hit]] | None:
+        """How many runbooks match `query`, and the best; None once closed."""
+        match = query.match
         with self._lock:
             if self._closed:
                 return None
@@ -187,12 +205,12 @@ class RunbookLibrary:
         Raises:
             ToolFailed: The query has no words.
         """
-        terms, cut = _terms(query)
+        searched = _query(query)
         for _ in range(3):  # a rebuild may close the index between fetching and querying it
             index = await self._fresh()
-            found = await asyncio.to_thread(index.search, terms)
+            found = await asyncio.to_thread(index.search, searched)
             if found is not None:
-                return _render_hits(terms, cut, index, *found)
+                return _render_hits(searched, index, *found)
         raise ToolFailed("the runbooks folder kept changing during the search", retryable=True)
 
     async def read(self, name: str) -> str:
@@ -240,30 +258,24 @@ def _title(name: str, text: str) -> str:
     return " ".join(_WORDS.findall(stem))
 
 
-def _terms(query: object) -> tuple[list[str], bool]:
-    """The distinct words searched, and whether the query held more than is searched."""
+def _query(query: object) -> _Query:
+    """The words and word pairs searched (see the module contract)."""
     text = query if isinstance(query, str) else ""
-    cut = len(text) > MAX_QUERY_CHARS
-    terms: dict[str, None] = {}
-    for word in _WORDS.finditer(text, 0, MAX_QUERY_CHARS):
-        term = word.group().lower()
-        if term not in terms and len(terms) == MAX_TERMS:
-            cut = True
-            break
-        terms.setdefault(term)
+    words = [word.group().lower() for word in _WORDS.finditer(text, 0, MAX_QUERY_CHARS)]
+    terms = list(dict.fromkeys(words))
+    pairs = list(dict.fromkeys(f"{a} {b}" for a, b in zip(words, words[1:], strict=False)))
     if not terms:
         raise ToolFailed(
             "the query has no terms to search for: give words, such as the alert's name, the"
             " service or the symptom"
         )
-    return list(terms), cut
+    cut = len(text) > MAX_QUERY_CHARS or len(terms) > MAX_TERMS
+    return _Query(terms[:MAX_TERMS], pairs[:MAX_TERMS], cut)
 
 
-def _render_hits(
-    terms: Sequence[str], cut: bool, index: _Index, count: int, hits: list[_Hit]
-) -> str:
-    lines = [f"searched {index.indexed} runbooks for: {', '.join(terms)}"]
-    if cut:
+def _render_hits(query: _Query, index: _Index, count: int, hits: list[_Hit]) -> str:
+    lines = [f"searched {index.indexed} runbooks for: {', '.join(query.terms)}"]
+    if query.cut:
         lines.append(f"(the query's first {MAX_TERMS} words within {MAX_QUERY_CHARS:,} characters)")
     if not hits:
         lines.append("no runbook matches; try other words (the alert's name, the symptom)")

@@ -101,13 +101,16 @@ def _read(path: str) -> str:
     try:
         # O_NONBLOCK: a FIFO named by mistake is refused below instead of blocking the start.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as file:
-            info = os.fstat(file.fileno())
+        try:
+            info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise _error(path, "is not a regular file")
             if info.st_size > MAX_INSTRUCTIONS_BYTES:
                 raise _error(path, f"is {info.st_size:,} bytes, more than the {_bound()}")
-            data = file.read(MAX_INSTRUCTIONS_BYTES + 1)
+            with open(fd, "rb", closefd=False) as file:
+                data = file.read(MAX_INSTRUCTIONS_BYTES + 1)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise _error(path, f"cannot be read: {exc.strerror or exc}") from exc
     if len(data) > MAX_INSTRUCTIONS_BYTES:  # it grew since fstat

@@ -85,6 +85,13 @@ BODY_QUERIES = [
     ("Lock wait timeout exceeded; innodb", "databases/mysql-deadlocks.md"),
     ("backoffLimit reached, the job gave up", "cronjob-failed.md"),
     ("database connections", "db-connection-exhaustion.md"),
+    ("kafka lag", "kafka-consumer-lag.md"),
+    ("no space left", "disk-full.md"),
+    ("certificate expired", "cert-expiry.md"),
+    ("clients getting 502", "high-5xx-rate.md"),
+    ("the replica is behind", "databases/postgres-replication-lag.md"),
+    ("node not ready", "node-not-ready.md"),
+    ("evicted keys", "redis-memory-evictions.md"),
 ]
 HOSTILE_QUERIES = [
     'disk full"',
@@ -165,7 +172,7 @@ async def test_a_hit_shows_its_title_and_the_matching_passage(tools) -> None:
     output = await call(toolset, SEARCH_RUNBOOKS, query="No space left on device")
     assert output.splitlines()[0] == "searched 20 runbooks for: no, space, left, on, device"
     assert "1. disk-full.md: Disk full on a node" in output
-    assert "**No** **space** **left** **on** **device**" in output
+    assert "`**No space left on device**` (ENOSPC)" in output
     assert output.rstrip().endswith(f"Read one with {READ_RUNBOOK}(name).")
 
 
