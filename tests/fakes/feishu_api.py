@@ -618,19 +618,10 @@ class FakeFeishuAPI(LoopbackAPI):
             return _err(FIELD_VALIDATION_FAILED, "field validation failed: page_size")
         if order not in ("ByCreateTimeAsc", "ByCreateTimeDesc") or not 1 <= size <= 50:
             return _err(FIELD_VALIDATION_FAILED, "field validation failed: page_size")
+        order_of = {m_id: i for i, m_id in enumerate(self._messages)}  # ties: as sent
         found = sorted(
-            (
-                m
-                for m in self._messages.values()
-                if m["message_id"] not in self._recalled
-                and (
-                    m.get("thread_id") == container
-                    if kind == "thread"
-                    else m["chat_id"] == container
-                    and m["message_id"] == (m.get("root_id") or m["message_id"])
-                )
-            ),
-            key=lambda m: (int(m["create_time"]), m["message_id"]),
+            (m for m in self._messages.values() if self._listed(m, kind, container)),
+            key=lambda m: (int(m["create_time"]), order_of[m["message_id"]]),
             reverse=order == "ByCreateTimeDesc",
         )
         page = found[start : start + size]
@@ -641,6 +632,21 @@ class FakeFeishuAPI(LoopbackAPI):
             "items": [self._shown(m, query) for m in page],
         }
         return _ok(data)
+
+    def _listed(self, message: dict[str, Any], kind: str, container: str) -> bool:
+        """Whether a list shows `message` (never a recalled one).
+
+        A topic's list shows all of the topic; a chat's, its messages outside topics and the
+        topics' roots.
+        """
+        if message["message_id"] in self._recalled:
+            return False
+        if kind == "thread":
+            return bool(message.get("thread_id") == container)
+        in_chat = message["chat_id"] == container
+        return in_chat and message["message_id"] == (
+            message.get("root_id") or message["message_id"]
+        )
 
     def _patch(
         self, path: Mapping[str, str], body: dict[str, Any], query: dict[str, str]

@@ -448,6 +448,47 @@ async def test_slack_threads_status_and_users(slack_api: FakeSlackAPI) -> None:
     assert human.value.response["error"] == "cant_update_message"
 
 
+async def test_slack_replies_page_as_slack_does(slack_api: FakeSlackAPI) -> None:
+    client = _client(slack_api)
+    root = slack_ts()
+    slack_api.add_app_message(
+        SLACK_CHANNEL_ID,
+        root,
+        bot_id="B0ALERTS",
+        name="Alertmanager",
+        attachments=[{"fallback": "[FIRING:1] X", "text": "p99 2s"}],
+        blocks=[{"type": "header", "text": {"type": "plain_text", "text": "X"}}],
+    )
+    replies = [slack_ts() for _ in range(4)]
+    for ts in replies:
+        slack_api.add_message(SLACK_CHANNEL_ID, ts, f"reply {ts}", thread_ts=root)
+
+    first = await client.conversations_replies(channel=SLACK_CHANNEL_ID, ts=root, limit=3)
+    rest = await client.conversations_replies(
+        channel=SLACK_CHANNEL_ID, ts=root, limit=3, cursor=first["response_metadata"]["next_cursor"]
+    )
+    before = await client.conversations_replies(
+        channel=SLACK_CHANNEL_ID, ts=root, latest=replies[2], inclusive=False
+    )
+    slack_api.script(
+        "conversations.replies", slack_error("missing_scope", needed="channels:history")
+    )
+    with pytest.raises(SlackApiError) as refused:
+        await client.conversations_replies(channel=SLACK_CHANNEL_ID, ts=root)
+    with pytest.raises(SlackApiError) as unknown:
+        await client.conversations_replies(channel=SLACK_CHANNEL_ID, ts=slack_ts())
+
+    parent = first["messages"][0]
+    assert (parent["ts"], parent["subtype"], parent["bot_id"]) == (root, "bot_message", "B0ALERTS")
+    assert parent["attachments"][0]["text"] == "p99 2s" and parent["blocks"][0]["type"] == "header"
+    assert [m["ts"] for m in first["messages"][1:]] == replies[:2] and first["has_more"]
+    assert [m["ts"] for m in rest["messages"]] == replies[2:] and not rest["has_more"]
+    assert rest["response_metadata"]["next_cursor"] == ""
+    assert [m["ts"] for m in before["messages"]] == [root, *replies[:2]]
+    assert refused.value.response["needed"] == "channels:history"
+    assert unknown.value.response["error"] == "thread_not_found"
+
+
 # --- Fake Feishu API through lark-oapi --------------------------------------------------------
 
 
@@ -513,6 +554,41 @@ async def test_feishu_reply_then_patch_through_lark(feishu_api: FakeFeishuAPI) -
     assert patch.raw.headers["x-tt-logid"], "X-Tt-Logid is on every answer"
     # lark-oapi's async transport lower-cases header names, so its "X-Tt-Logid" lookup misses.
     assert patch.get_log_id() is None
+
+
+async def test_feishu_get_and_list_a_topic_through_lark(feishu_api: FakeFeishuAPI) -> None:
+    from lark_oapi.api.im.v1 import GetMessageRequest, ListMessageRequest
+
+    client = _lark_client(feishu_api)
+    feishu_api.add_message("om_topic_root", text="alert", sender_id="cli_alerts", sender_type="app")
+    for i in range(3):
+        feishu_api.add_message(f"om_topic_{i}", root_id="om_topic_root", text=f"reply {i}")
+    got = client.im.v1.message.get(GetMessageRequest.builder().message_id("om_topic_root").build())
+    assert got.success(), (got.code, got.msg)
+    (root,) = got.data.items
+    assert root.thread_id and root.sender.sender_type == "app" and root.sender.id == "cli_alerts"
+
+    def page(token: str = "") -> Any:
+        builder = (
+            ListMessageRequest.builder()
+            .container_id_type("thread")
+            .container_id(root.thread_id)
+            .sort_type("ByCreateTimeDesc")
+            .page_size(2)
+        )
+        return client.im.v1.message.list((builder.page_token(token) if token else builder).build())
+
+    first = page()
+    second = page(first.data.page_token)
+    bad = client.im.v1.message.list(
+        ListMessageRequest.builder().container_id_type("topic").container_id("x").build()
+    )
+
+    assert first.success() and first.data.has_more and not second.data.has_more
+    ids = [m.message_id for m in [*first.data.items, *second.data.items]]
+    assert ids == ["om_topic_2", "om_topic_1", "om_topic_0", "om_topic_root"]
+    assert json.loads(first.data.items[0].body.content) == {"text": "reply 2"}
+    assert not bad.success() and bad.code == 99992402
 
 
 async def test_feishu_bot_info_by_raw_request(feishu_api: FakeFeishuAPI) -> None:
