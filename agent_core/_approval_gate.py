@@ -1,8 +1,11 @@
 """The approval gate: which calls of a batch wait for a person, and how a waiting batch ends.
 
 Contract (the records are in `agent_core._approvals`; docs/design.md §Invariants I1 holds):
-- A call that may change something waits for approval instead of running (`needs_approval`);
-  at most `per_batch` calls of one batch wait, the rest are answered "not run" at once.
+- A call that may change something waits for approval instead of running (`needs_approval`),
+  and so does a call the intent check holds (`agent_core._intent_check`: it goes against a
+  person's correction, or the check could not clear it), its record saying why. At most
+  `per_batch` calls of one batch wait, in call order; the rest are answered "not run" at once.
+  The same people decide either kind (the record's risk, not why it waits, picks the rule).
 - Waiting calls are parked (moved out of the balance), then the turn cuts. It suspends the
   batch (one approval request per waiting call, `ApprovalBook`) unless that cut is a stop or a
   steer: then the waiting calls are answered "stopped" or "superseded" and the batch closes.
@@ -14,7 +17,7 @@ Contract (the records are in `agent_core._approvals`; docs/design.md §Invariant
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from agent_core._approvals import (
@@ -25,14 +28,16 @@ from agent_core._approvals import (
     arguments_digest,
     closing_answer,
 )
-from agent_core._batch import needs_approval
+from agent_core._batch import needs_approval, parse_arguments
+from agent_core._errors import ToolFailed
 from agent_core._events import EventSource, FunctionCallPart, RunEvent
+from agent_core._intent_check import IntentChecker
 from agent_core._messages import AssistantMessage, ToolCall, ToolMessage, ToolStatus
 from agent_core._outcome import Awaiting, RunResult, Steered, Stopped
 from agent_core._resume import IN_DOUBT
 from agent_core._store import HistoryStore
 from agent_core._turn import TurnRun, tool_event
-from agent_core.tools._base import Risk
+from agent_core.tools._base import Risk, Toolset
 
 __all__ = ["ApprovalGate"]
 
@@ -41,24 +46,44 @@ class ApprovalGate:
     """Gates the calls of a turn's batches on a person's approval (shared across turns)."""
 
     def __init__(
-        self, book: ApprovalBook, store: HistoryStore, *, per_batch: int, timeout_s: float
+        self,
+        book: ApprovalBook,
+        store: HistoryStore,
+        *,
+        per_batch: int,
+        timeout_s: float,
+        intent: IntentChecker | None = None,
     ) -> None:
         self._book = book
         self._store = store
         self._per_batch = per_batch
         self._timeout_s = timeout_s
+        self._intent = intent
 
-    def select(self, run: TurnRun, calls: Sequence[ToolCall], refused: dict[str, str]) -> set[str]:
-        """The calls that wait for approval; those over the cap are added to `refused`."""
+    async def select(
+        self, run: TurnRun, calls: Sequence[ToolCall], refused: dict[str, str]
+    ) -> tuple[set[str], dict[str, str]]:
+        """The calls that wait for approval, and why the intent check holds some of them.
+
+        Calls that change something wait; of the others, those that would run go through the
+        intent check (when its mode calls for one), and the ones it holds wait too. Calls over
+        the cap are added to `refused`.
+        """
         gated = {c.id for c in calls if c.id not in refused and needs_approval(c, run.toolset)}
+        why: dict[str, str] = {}
+        if self._intent is not None:
+            rest = [c for c in calls if c.id not in refused and c.id not in gated]
+            why = await self._intent.held(run, [c for c in rest if _would_run(c, run.toolset)])
+            gated |= set(why)
         most = self._per_batch
         for call in [c for c in calls if c.id in gated][most:]:
             gated.discard(call.id)  # a card shows this many requests; more could never be decided
+            why.pop(call.id, None)
             refused[call.id] = (
                 f"not run: at most {most} calls may wait for approval at once; ask again for "
                 "this one after those are decided"
             )
-        return gated
+        return gated, why
 
     @staticmethod
     async def park(run: TurnRun, gated: set[str]) -> RunResult | None:
@@ -92,8 +117,13 @@ class ApprovalGate:
         message: AssistantMessage,
         gated: set[str],
         results: Sequence[ToolMessage],
+        why: Mapping[str, str] | None = None,
     ) -> Awaiting:
-        """Suspend the batch in its journal with one approval request per gated call."""
+        """Suspend the batch in its journal with one approval request per gated call.
+
+        `why` holds the intent check's reason for each call it held (`select`).
+        """
+        why = why or {}
         now = time.time()
         expires_at = now + self._timeout_s
         records = {
@@ -108,6 +138,7 @@ class ApprovalGate:
                 requester=run.request.requester,
                 requested_at=now,
                 expires_at=expires_at,
+                why=why.get(call.id, ""),
             ).to_json()
             for call in message.tool_calls
             if call.id in gated
@@ -203,6 +234,21 @@ def _sort_suspended(
         else:
             to_run.append(call)
     return answered, to_run
+
+
+def _would_run(call: ToolCall, toolset: Toolset) -> bool:
+    """The call names an offered tool and its arguments fit.
+
+    Nobody is asked about the others: they are answered with their error (as `needs_approval`
+    leaves them).
+    """
+    if toolset.get(call.name) is None:
+        return False
+    try:
+        parse_arguments(call, toolset)
+    except ToolFailed:
+        return False
+    return True
 
 
 def _risk_of(run: TurnRun, call: ToolCall) -> Risk:

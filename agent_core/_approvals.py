@@ -1,12 +1,14 @@
 """Approval gates: a call that changes something waits for a named person's decision.
 
-A call to a tool whose risk is not read-only never runs on the model's word alone. When a batch
-holds such calls, the runtime runs the batch's other calls, then suspends the turn with the
-gated calls in their own ledger instead of holding a worker while people decide (the balance
-ledger `park`s them; the batch stays in the turn's journal, out of the closed history):
+A call to a tool whose risk is not read-only never runs on the model's word alone, nor does a
+call the intent check found inconsistent with a person's correction. When a batch holds such
+calls, the runtime runs the batch's other calls, then suspends the turn with the gated calls in
+their own ledger instead of holding a worker while people decide (the balance ledger `park`s
+them; the batch stays in the turn's journal, out of the closed history):
 
 - one `Approval` record per gated call, in the session's approvals hash, with the exact call,
-  its risk, who asked for the analysis and when the request expires;
+  its risk, who asked for the analysis, when the request expires and, for a call the intent
+  check held (`agent_core._intent_check`, a read call that goes against a correction), why;
 - the session's `suspended` key, naming the turn whose journal holds the batch.
 
 Whoever decides (the approval desk in `bot`) writes the verdict into the record. The next turn
@@ -101,6 +103,10 @@ class Approval:
     decided_at: float = 0.0
     refusals: tuple[str, ...] = ()
     """Presses refused (wrong person, stale button, ...), "who: why", for the audit."""
+    why: str = ""
+    """Why a call that changes nothing waits: the intent check's reason ("checks the database
+    although the redirect said to leave it alone"). Empty for a call that changes something
+    (its risk says why), and in records written before the field existed."""
 
     def to_json(self) -> str:
         """The record as stored."""

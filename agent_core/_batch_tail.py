@@ -57,6 +57,7 @@ async def close_batch(
     message: AssistantMessage,
     results: list[ToolMessage],
     gated: set[str],
+    why: Mapping[str, str] | None = None,
 ) -> Awaiting | Closed:
     """Park the calls in `gated`, then suspend the batch or close it with every call answered.
 
@@ -66,12 +67,13 @@ async def close_batch(
         message: The batch (the assistant message with its calls).
         results: The results of every call not in `gated`, in any order.
         gated: The calls waiting for approval (none ran).
+        why: The intent check's reason for each call it held (their records carry it).
     """
     cut: RunResult | None = None
     if gated:
         cut = await gate.park(run, gated)
         if not isinstance(cut, Stopped | Steered):
-            return await gate.suspend(run, message, gated, results)
+            return await gate.suspend(run, message, gated, results, why)
         results = await gate.answer_waiting(run, message, results, gated, cut)
     by_id = {r.call_id: r for r in results}
     await run.close([message, *(by_id[c.id] for c in message.tool_calls)])

@@ -72,9 +72,11 @@ class LoopLimits:
     reserve (`agent_core._context_window`)."""
     answer_reserve_tokens: int = 4_096
     """Tokens of the window kept free for the model's answer."""
-    intent_check: IntentCheck = IntentCheck.AFTER_REDIRECT
+    intent_check: IntentCheck = IntentCheck.OFF
     """When a batch's calls are first checked against people's corrections; a call found
-    inconsistent waits for approval (`agent_core._intent_check`)."""
+    inconsistent waits for approval (`agent_core._intent_check`). Off unless asked for: the
+    check is a model request of its own. The bot asks for it (`CHATOPS_INTENT_CHECK`, default
+    `after_redirect`)."""
     intent_check_timeout_s: float = 60.0
     """How long one intent check may take; past it, the calls it concerns wait for approval."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent_core import IntentCheck
 from bot.logs import LogFormat, LogLevel
 from bot.people import People, parse_people
 
@@ -126,6 +127,13 @@ class Settings(BaseSettings):
     steer_cancels_tools: bool = Field(default=True, validation_alias="CHATOPS_STEER_CANCELS_TOOLS")
     """A redirect cancels the interruptible tool calls still running (their results say so);
     false lets the batch finish first, and the redirect waits for it."""
+    intent_check: IntentCheck = Field(
+        default=IntentCheck.AFTER_REDIRECT, validation_alias="CHATOPS_INTENT_CHECK"
+    )
+    """`after_redirect`: once someone has redirected an analysis, each later batch's calls are
+    first checked against the corrections (one small model request), and a call found
+    inconsistent waits for approval, the card saying why; `always`: every batch; `off`: never.
+    Any other value stops start-up."""
     price_prompt_per_mtok: float = Field(
         default=0.0, ge=0, validation_alias="CHATOPS_PRICE_PROMPT_PER_MTOK"
     )

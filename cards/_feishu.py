@@ -14,8 +14,10 @@ Feishu's markdown docs say to show those characters literally. The header title 
 which Feishu never parses.
 
 Elements, in order: markdown (status and elapsed time); markdown (the newest steps); markdown
-(interventions); hr, markdown and maybe a note (the answer); button (Stop, only while live);
-button (Replay, when the card has a link).
+(interventions); hr, markdown and maybe a note (the answer); while calls wait for approval,
+per call a markdown line (the call, and why it waits when the intent check held it) and its
+Approve and Deny buttons; button (Stop, only while live); button (Replay, when the card has a
+link).
 """
 
 from __future__ import annotations
@@ -118,8 +120,11 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
     if card.status is CardStatus.ANSWERED:
         elements.extend(_answer(card.answer, limits))
     if card.status is CardStatus.AWAITING_APPROVAL:
+        # While calls wait no answer is shown: their lines share the answer's bytes.
+        fits = _fits(limits.answer_bytes // max(1, limits.approvals))
         for approval in card.approvals[: limits.approvals]:
-            elements.append(_markdown(_lines.approval_line(approval, escape_markdown)))
+            line = _lines.approval_line(approval, escape_markdown)
+            elements.append(_markdown(truncate(line, limits.markdown_chars, fits=fits)))
             elements.append(_button(card, approval, APPROVE_ACTION, "Approve", "primary", limits))
             elements.append(_button(card, approval, DENY_ACTION, "Deny", "danger", limits))
     if not card.is_final:

@@ -40,6 +40,8 @@ STEER_CHARS = 300
 """What a person said when steering, escaped."""
 ERROR_CHARS = 500
 """A failed turn's reason, escaped."""
+WHY_CHARS = 200
+"""Why a call waits for approval (the intent check's reason), escaped."""
 NAMES_SHOWN = 3
 """Steerers named in "Answered (redirected by …)"; more become "and N more"."""
 
@@ -165,9 +167,10 @@ def _redirected(card: ProgressCard) -> str:
 
 def _waiting(card: ProgressCard) -> str:
     if card.status is CardStatus.AWAITING_APPROVAL:
-        return (
-            f"Waiting for approval — {plural(len(card.approvals), 'call')} would change something"
-        )
+        calls = plural(len(card.approvals), "call")
+        if any(approval.why for approval in card.approvals):
+            return f"Waiting for approval — {calls} need a person's decision"
+        return f"Waiting for approval — {calls} would change something"
     done = sum(c.state in ("done", "failed", "cancelled") for c in card.children)
     return f"Waiting for sub-agents — {done} of {len(card.children)} reported"
 
@@ -210,15 +213,23 @@ def note_line(card: ProgressCard, escape: Escape) -> str:
 
 
 def approval_line(approval: CardApproval, escape: Escape) -> str:
-    """`✋ Needs approval (changes something): `restart_pod` {"pod": "checkout-1"}`."""
-    kind = (
-        "destructive: a second person must approve"
-        if approval.risk == "destructive"
-        else "changes something"
-    )
+    """`✋ Needs approval (changes something): `restart_pod` {"pod": "checkout-1"}`.
+
+    A call held by the intent check says why on a line of its own: `Why: checks the database
+    although the redirect said to leave it alone`.
+    """
+    if approval.risk == "destructive":
+        kind = "destructive: a second person must approve"
+    elif approval.risk == "read_only":
+        kind = "reads only, but goes against a correction"
+    else:
+        kind = "changes something"
     tool = piece(approval.tool.replace("`", "'"), TOOL_CHARS, escape)
     args = piece(one_line(approval.args), ARGS_CHARS, escape)
-    return f"✋ Needs approval ({kind}): `{tool}` {args}"
+    line = f"✋ Needs approval ({kind}): `{tool}` {args}"
+    if approval.why:
+        line += f"\nWhy: {piece(approval.why, WHY_CHARS, escape)}"
+    return line
 
 
 CHILD_ICONS: Mapping[str, str] = MappingProxyType(
@@ -240,10 +251,15 @@ def child_line(child: CardChild, escape: Escape) -> str:
     return f"{icon} `{piece(child.child_id, TOOL_CHARS, escape)}` {task} · {child.state}"
 
 
-def step_line(step: CardStep, escape: Escape) -> str:
-    """`✅ `http_get` url=https://status.example.com · 1.2s`."""
+def step_line(step: CardStep, escape: Escape, number: str = "") -> str:
+    """`3. ✅ `http_get` url=https://status.example.com · 1.2s`.
+
+    `number` is the step's number as the platform marks it up (`*3.*`), the one the answer
+    cites (`[3]`): its position among the card's steps, from 1 (`numbered`).
+    """
     tool = piece(step.tool.replace("`", "'"), TOOL_CHARS, escape)
     parts = [
+        number,
         STEP_ICONS[step.state],
         f"`{tool}`" if tool else "",
         piece(step.args, ARGS_CHARS, escape),
@@ -253,6 +269,15 @@ def step_line(step: CardStep, escape: Escape) -> str:
         outcome.append(duration(step.duration_s))
     said = ", ".join(word for word in outcome if word)
     return " ".join(part for part in parts if part) + (f" · {said}" if said else "")
+
+
+def numbered(steps: Sequence[CardStep]) -> list[tuple[int, CardStep]]:
+    """Each step with its number: its position on the card, from 1.
+
+    The model reads the same number on the step's result (`agent_core._step_labels`: the
+    analysis's tool calls in history order, which is the order the card adds its steps in).
+    """
+    return list(enumerate(steps, start=1))
 
 
 def intervention_line(intervention: Intervention, escape: Escape) -> str:

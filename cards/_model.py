@@ -104,9 +104,13 @@ class CardApproval:
     args: str
     """The call's arguments (secrets redacted), as the decision is about exactly them."""
     risk: str
-    """`side_effect` or `destructive` (a destructive call needs a second person)."""
+    """`side_effect` or `destructive` (a destructive call needs a second person), or
+    `read_only` for a call the intent check held."""
     value: str
     """What the Approve and Deny buttons carry back (the call and a digest of its arguments)."""
+    why: str = ""
+    """Why a call waits that changes nothing: it goes against a person's correction (the intent
+    check's reason). Empty for a call that changes something (`risk` says why)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -159,6 +159,7 @@ class CardTracker:
                 args=summarize_args(ToolCall(id=a.call_id, name=a.tool, arguments=a.arguments)),
                 risk=a.risk.value,
                 value=approval_button_value(a),
+                why=a.why,
             )
             for a in approvals
         )

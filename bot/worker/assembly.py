@@ -174,6 +174,7 @@ async def _open_runtime(
             ),
             steer_cancels_tools=settings.steer_cancels_tools,
             approval_timeout_s=settings.approval_timeout_s,
+            intent_check=settings.intent_check,
         ),
     )
 
