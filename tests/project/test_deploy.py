@@ -792,6 +792,7 @@ def test_the_slack_manifest_grants_what_the_bot_calls_and_routes_to_the_ingress(
     manifest = yaml.safe_load((DEPLOY / "slack-app-manifest.yaml").read_text())
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     assert {"app_mentions:read", "chat:write", "channels:history", "assistant:write"} <= scopes
+    assert {"groups:history", "users:read"} <= scopes  # the thread context and its names
     settings = manifest["settings"]
     assert {"app_mention", "message.channels"} <= set(settings["event_subscriptions"]["bot_events"])
     events_url = settings["event_subscriptions"]["request_url"]
@@ -801,4 +802,10 @@ def test_the_slack_manifest_grants_what_the_bot_calls_and_routes_to_the_ingress(
     called = {
         m for path in SLACK_ADAPTER.glob("*.py") for m in SLACK_CALL.findall(path.read_text())
     }
-    assert called == {"chat_postMessage", "chat_update", "assistant_threads_setStatus"}
+    assert called == {
+        "chat_postMessage",
+        "chat_update",
+        "assistant_threads_setStatus",
+        "conversations_replies",
+        "users_info",
+    }
