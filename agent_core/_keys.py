@@ -24,6 +24,7 @@ class SessionKey(StrEnum):
     """
 
     HISTORY = ":history"
+    HISTORY_GENERATION = ":history-generation"
     STEERS = ":steer"
     BELL = ":bell"
     TOMBSTONE = ":tomb:"
@@ -53,6 +54,14 @@ class Keys:
     def history(self, session_id: str) -> str:
         """List of the session's closed history, one JSON message per item."""
         return self.key(session_id, SessionKey.HISTORY)
+
+    def history_generation(self, session_id: str) -> str:
+        """Counter of the history's rewrites: `HistoryStore.replace` increments it.
+
+        Every other history write appends, so a reader that cached the history at a generation
+        knows, while the counter still reads it, that the list is what it read plus appends.
+        """
+        return self.key(session_id, SessionKey.HISTORY_GENERATION)
 
     def steers(self, session_id: str) -> str:
         """List of steer messages waiting for the session's next cut."""

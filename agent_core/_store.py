@@ -5,6 +5,12 @@ Messages are appended only in closed groups (a final answer, or an assistant mes
 every one of its tool results, in one `MULTI`). While a batch is open its assistant message and each
 result, as it arrives, go to a per-turn journal instead, so a resumed turn need not re-run tools
 that already finished.
+
+Reads go through the store's `HistoryCache` (agent_core._history_cache): a turn that begins
+reads only the items appended since this process last read or wrote the session, whoever
+appended them, and gets the whole list again only after a rewrite (`replace`, which moves the
+session's history generation in its transaction). The history a turn sees is exactly what Redis
+holds, as one atomic read with the turn's start.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from redis.exceptions import RedisError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_core._errors import StoreError
+from agent_core._history import CheckedPrefix
+from agent_core._history_cache import CachedHistory, HistoryCache, digest
 from agent_core._keys import Keys
 from agent_core._lua import register_lua
 from agent_core._messages import (
@@ -77,15 +85,33 @@ class TurnStart:
     """The session's history including this turn's inputs and absorbed steers."""
     steers: int
     """How many queued steer messages were moved into the history."""
+    checked: CheckedPrefix | None = None
+    """The validator's state after all of `history`, when the store knows it (it validated what
+    it cached); None when the history breaks a rule or was not validated."""
 
 
 class HistoryStore:
-    """Reads and writes session histories and open-batch journals."""
+    """Reads and writes session histories and open-batch journals.
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys | None = None) -> None:
+    Args:
+        redis: The client every read and write goes through.
+        keys: The key layout (its prefix).
+        cache: The histories this store read or wrote (default: a `HistoryCache` of the default
+            bounds, one per store).
+    """
+
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys | None = None, cache: HistoryCache | None = None
+    ) -> None:
         self._redis = redis
         self._keys = keys or Keys()
+        self._cache = cache if cache is not None else HistoryCache()
         self._begin = register_lua(redis, "agent_core", "store_begin_turn")
+
+    @property
+    def cache(self) -> HistoryCache:
+        """The histories this store keeps between reads."""
+        return self._cache
 
     async def begin_turn(
         self,
@@ -108,25 +134,85 @@ class HistoryStore:
             k.bell(session_id),
             k.drain(session_id, turn_id),
             fence.key if fence else k.history(session_id),
+            k.history_generation(session_id),
         ]
+        cached = self._cache.get(session_id)
         token = str(fence.token) if fence else ""
-        args: list[str | int] = [TURN_KEY_TTL_S, token, *(dump_message(m) for m in inputs)]
+        args: list[str | int] = [TURN_KEY_TTL_S, token, *_since(cached)]
+        args += [dump_message(m) for m in inputs]
         with map_redis_errors("begin turn"):
-            tombstoned, raw, steers = await self._begin(keys=keys, args=args)
-        if tombstoned == 2:
+            reply = await self._begin(keys=keys, args=args)
+        if reply[0] == 2:
             raise StoreError(f"begin turn {turn_id}: fenced (the lease has moved on)")
-        history = [load_message(item) for item in raw]
-        return TurnStart(tombstoned=bool(tombstoned), history=history, steers=int(steers))
+        if reply[0] == 1:
+            return TurnStart(tombstoned=True, history=[], steers=0)
+        _, raw, steers, generation, start = reply
+        base = cached if int(start) else None  # the script read on from the cached length
+        entry = self._refreshed(session_id, base, int(generation), raw)
+        return TurnStart(
+            tombstoned=False,
+            history=list(entry.messages),
+            steers=int(steers),
+            checked=entry.checked,
+        )
 
     async def load(self, session_id: str) -> list[Message]:
-        """Return the session's persisted history."""
+        """Return the session's persisted history (reading only what is new since cached)."""
+        cached = self._cache.get(session_id)
+        if cached is not None and cached.length:  # from the last cached item on: still it?
+            generation, raw = await self._read(session_id, cached.length - 1)
+            if generation == cached.generation and raw and digest(raw[0]) == cached.digest:
+                return list(self._refreshed(session_id, cached, generation, raw[1:]).messages)
+        generation, raw = await self._read(session_id, 0)
+        return list(self._refreshed(session_id, None, generation, raw).messages)
+
+    async def _read(self, session_id: str, start: int) -> tuple[int, list[bytes]]:
+        """The history generation and the items from `start` on, read in one transaction."""
         with map_redis_errors("load history"):
-            raw = await self._redis.lrange(self._keys.history(session_id), 0, -1)
-        return [load_message(item) for item in raw]
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.get(self._keys.history_generation(session_id))
+                pipe.lrange(self._keys.history(session_id), start, -1)
+                generation, raw = await pipe.execute()
+        return _int(generation), raw
+
+    def _refreshed(
+        self,
+        session_id: str,
+        base: CachedHistory | None,
+        generation: int,
+        raw: Sequence[bytes | str],
+    ) -> CachedHistory:
+        """Cache what a read returned: the items after `base`, or the whole list (None)."""
+        entry = CachedHistory.read(generation, raw) if base is None else base.extended(raw)
+        self._cache.put(session_id, entry)
+        return entry
+
+    def _appended(
+        self,
+        session_id: str,
+        length: int,
+        generation: int,
+        messages: Sequence[Message],
+        raw: list[str],
+    ) -> None:
+        """Extend the cached history by what this store just appended, when nothing came between.
+
+        `length` (RPUSH's answer) and `generation` were read in the write's transaction: a list
+        that grew by exactly `messages` since the cached read holds the cache plus them. When
+        another writer appended meanwhile the entry is kept as it is (the next read gets the
+        rest); a generation that moved drops it.
+        """
+        cached = self._cache.get(session_id)
+        if cached is None:
+            return
+        if cached.generation != generation:
+            self._cache.drop(session_id)
+        elif cached.length + len(messages) == length:
+            self._cache.put(session_id, cached.extended(raw, messages))
 
     async def _write(
         self, action: str, fill: Callable[[Pipeline], None], fence: Fence | None
-    ) -> None:
+    ) -> list[Any]:
         """Run the commands `fill` queues as one transaction, only while `fence` holds.
 
         The fence key is WATCHed: a lease that moves between the check and the EXEC aborts
@@ -135,6 +221,9 @@ class HistoryStore:
         again and retried while the token still holds, a few times at most. redis-py also
         reports a connection lost while watching as a `WatchError`; that one is not retried:
         its EXEC may have been applied, and a history write must never happen twice.
+
+        Returns:
+            The answers of the commands `fill` queued, in order.
         """
         for _ in range(FENCED_WRITE_ATTEMPTS):
             with map_redis_errors(action):
@@ -146,8 +235,7 @@ class HistoryStore:
                         pipe.multi()  # type: ignore[no-untyped-call]
                     fill(pipe)
                     try:
-                        await pipe.execute()
-                        return
+                        return list(await pipe.execute())
                     except WatchError as exc:
                         if _connection_lost(exc):  # EXEC may have been applied: never twice
                             raise StoreError(f"{action}: connection lost mid-write") from exc
@@ -157,15 +245,19 @@ class HistoryStore:
     async def replace(
         self, session_id: str, messages: Sequence[Message], fence: Fence | None = None
     ) -> None:
-        """Overwrite the history (after a repair) atomically."""
+        """Overwrite the history (after a repair) atomically, moving its generation."""
         key = self._keys.history(session_id)
+        raw = [dump_message(m) for m in messages]
 
         def fill(pipe: Pipeline) -> None:
             pipe.delete(key)
-            if messages:
-                pipe.rpush(key, *(dump_message(m) for m in messages))
+            if raw:
+                pipe.rpush(key, *raw)
+            pipe.incr(self._keys.history_generation(session_id))
 
-        await self._write("replace history", fill, fence)
+        answers = await self._write("replace history", fill, fence)
+        entry = CachedHistory(generation=int(answers[-1])).extended(raw, messages)
+        self._cache.put(session_id, entry)
 
     async def append_closed(
         self,
@@ -175,12 +267,15 @@ class HistoryStore:
         fence: Fence | None = None,
     ) -> None:
         """Append one closed group (final answer, or a call batch with all its results)."""
+        raw = [dump_message(m) for m in messages]
 
         def fill(pipe: Pipeline) -> None:
-            pipe.rpush(self._keys.history(session_id), *(dump_message(m) for m in messages))
+            pipe.rpush(self._keys.history(session_id), *raw)
             pipe.delete(self._keys.journal(session_id, turn_id))
+            pipe.get(self._keys.history_generation(session_id))
 
-        await self._write("append history", fill, fence)
+        answers = await self._write("append history", fill, fence)
+        self._appended(session_id, int(answers[0]), _int(answers[-1]), messages, raw)
 
     async def suspend(
         self,
@@ -238,9 +333,10 @@ class HistoryStore:
         `records` are the final approval records (JSON, by call id), kept for the audit.
         """
         k = self._keys
+        raw = [dump_message(m) for m in messages]
 
         def fill(pipe: Pipeline) -> None:
-            pipe.rpush(k.history(session_id), *(dump_message(m) for m in messages))
+            pipe.rpush(k.history(session_id), *raw)
             pipe.delete(
                 k.journal(session_id, suspended_turn),
                 k.suspended(session_id),
@@ -249,8 +345,10 @@ class HistoryStore:
             )
             if records:
                 pipe.hset(k.approvals(session_id), mapping=_fields(records))
+            pipe.get(k.history_generation(session_id))
 
-        await self._write("close suspended batch", fill, fence)
+        answers = await self._write("close suspended batch", fill, fence)
+        self._appended(session_id, int(answers[0]), _int(answers[-1]), messages, raw)
         with map_redis_errors("index approvals"):
             await self._redis.zrem(k.approvals_due, session_id)
 
@@ -297,6 +395,18 @@ class HistoryStore:
             elif isinstance(message, ToolMessage):
                 results[message.call_id] = message
         return batch, results
+
+
+def _since(cached: CachedHistory | None) -> tuple[int, int, str]:
+    """What `store_begin_turn.lua` is told of the cached history: generation, length, SHA-1."""
+    if cached is None:
+        return 0, 0, ""
+    return cached.generation, cached.length, cached.digest
+
+
+def _int(value: bytes | str | int | None) -> int:
+    """A counter's value as Redis answers it (None: the key does not exist, generation 0)."""
+    return int(value) if value is not None else 0
 
 
 def _fields(records: Mapping[str, str]) -> dict[Any, Any]:

@@ -22,7 +22,7 @@ from agent_core._budget import Budget, BudgetMeter
 from agent_core._diagnostics import ProbePoint, RunDiagnostics
 from agent_core._errors import AgentError, HistoryError
 from agent_core._events import EventSource, FunctionResponsePart, RunEvent
-from agent_core._history import validate_history
+from agent_core._history import CheckedPrefix, validate_from
 from agent_core._interrupts import Signal, TurnSignals, checkpoint
 from agent_core._ledger import BalanceLedger
 from agent_core._messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
@@ -97,6 +97,10 @@ class TurnRun:
     meter: BudgetMeter = field(default_factory=lambda: BudgetMeter(Budget()))
     toolset: Toolset = field(default_factory=Toolset)
     """The tools this run offers (the runtime's, narrowed by `TurnRequest.tools`)."""
+    validated: CheckedPrefix = field(default_factory=CheckedPrefix)
+    """The validator's state after the part of `validated_of` the last check validated."""
+    validated_of: list[Message] | None = None
+    """The history list `validated` is about (the run's history only grows by `close`)."""
 
     async def observe(self, event: RunEvent) -> bool:
         """Book one event: count it, move the balance, forward it. True at a zero-crossing."""
@@ -193,13 +197,30 @@ class TurnRun:
             raise AgentError("internal: a batch ended without closing the balance")
         return results
 
-    async def checked(self, history: list[Message]) -> list[Message]:
-        """Validate a history before it is used; repair (and persist the repair) if needed."""
+    async def checked(
+        self, history: list[Message], known: CheckedPrefix | None = None
+    ) -> list[Message]:
+        """Validate a history before it is used; repair (and persist the repair) if needed.
+
+        Only what follows the part already validated is checked: `known` (the state the store
+        found for a prefix of `history`) or, for the list the last check was about (the run's
+        history, which only grows), what that check validated.
+        """
+        prefix = known or (self.validated if history is self.validated_of else None)
+        if prefix is not None and prefix.length > len(history):
+            prefix = None
         try:
-            validate_history(history)
+            self.validated = validate_from(history, prefix)
         except HistoryError:
             return await self.repaired(history, forced=False)
+        self.validated_of = history
         return history
+
+    def history_call_ids(self) -> set[str]:
+        """Every call id of the run's history, as a new set (the run adds the ids it assigns)."""
+        if self.validated_of is self.history and self.validated.length == len(self.history):
+            return set(self.validated.call_ids)
+        return {c.id for m in self.history if isinstance(m, AssistantMessage) for c in m.tool_calls}
 
     async def repaired(self, history: Sequence[Message], *, forced: bool) -> list[Message]:
         """Repair a history and persist the repair; `forced` notes a retry with no change."""
@@ -209,7 +230,9 @@ class TurnRun:
         self.diag.note("repair", "; ".join(changes))
         if report.changes:
             await self.store.replace(self.request.session_id, report.messages, self.request.fence)
-        return list(report.messages)
+        messages = list(report.messages)
+        self.validated, self.validated_of = validate_from(messages), messages  # repair's output
+        return messages
 
 
 def tool_event(result: ToolMessage) -> RunEvent:

@@ -3,12 +3,18 @@
 Nothing here awaits or does I/O. `ToolCallAssembler` rebuilds parallel tool calls from streamed
 deltas: the API sends each call's id and name once, then its arguments in fragments keyed by
 `index`, interleaved across calls.
+
+`messages_to_wire` converts each message object once: messages are frozen, and a session's are
+sent again on every request of every turn, so the wire dict of each is kept (by identity, for as
+long as the message itself lives: a weak reference) and shared by every request that sends it.
+Those dicts are read-only to their users (the SDK copies what it sends).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,9 +73,50 @@ def _to_wire(message: Message) -> dict[str, Any]:
             return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
 
 
+class _WireMemo:
+    """The wire dict of every live message converted so far, by the message's identity.
+
+    An entry holds a weak reference to its message, whose callback removes the entry when the
+    message is collected: the memo holds no message alive, and an id is never reused while its
+    entry exists. It is bounded by the messages the process holds (the history store's cache,
+    the running turns).
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Message], dict[str, Any]]] = {}
+
+    def wire(self, message: Message) -> dict[str, Any]:
+        """The message's wire dict, converted on first use."""
+        key = id(message)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is message:
+            return entry[1]
+        wire = _to_wire(message)
+        self._entries[key] = (weakref.ref(message, self._forget(key)), wire)
+        return wire
+
+    def _forget(self, key: int) -> Callable[[weakref.ref[Message]], None]:
+        entries = self._entries  # not `self`: the callback keeps no cycle through the memo
+
+        def forget(_: weakref.ref[Message]) -> None:
+            entries.pop(key, None)
+
+        return forget
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_MEMO = _WireMemo()
+
+
 def messages_to_wire(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Convert a history to the `messages` array of a chat-completions request."""
-    return [_to_wire(m) for m in messages]
+    """Convert a history to the `messages` array of a chat-completions request.
+
+    Each message is converted once in its life (module docstring); the dicts are shared.
+    """
+    wire = _MEMO.wire
+    return [wire(m) for m in messages]
 
 
 def tools_to_wire(toolset: Toolset) -> list[dict[str, Any]]:
