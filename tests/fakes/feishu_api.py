@@ -579,7 +579,7 @@ class FakeFeishuAPI(LoopbackAPI):
 
     def _shown(self, message: dict[str, Any], query: Mapping[str, str]) -> dict[str, Any]:
         """A message as the read APIs answer it (``sender_name`` when asked and known)."""
-        shown = json.loads(json.dumps(message))
+        shown: dict[str, Any] = json.loads(json.dumps(message))
         name = self._names.get(shown["sender"].get("id", ""))
         if query.get("with_sender_name") == "true" and name:
             shown["sender"]["sender_name"] = name
@@ -643,7 +643,7 @@ class FakeFeishuAPI(LoopbackAPI):
             return False
         if kind == "thread":
             return bool(message.get("thread_id") == container)
-        in_chat = message["chat_id"] == container
+        in_chat = bool(message["chat_id"] == container)
         return in_chat and message["message_id"] == (
             message.get("root_id") or message["message_id"]
         )

@@ -8,6 +8,8 @@ lark-oapi, and the assertions read what came back and what the fakes recorded.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import SecretStr
 from slack_sdk.web.async_client import AsyncWebClient
@@ -113,7 +115,7 @@ async def test_slack_without_users_read_keeps_ids_and_stops_asking(slack_api: Fa
 ROOT = "om_root_reader_000000000000000001"
 
 
-def feishu_reader(api: FakeFeishuAPI, **bounds: int):  # type: ignore[no-untyped-def]
+def feishu_reader(api: FakeFeishuAPI, **bounds: int) -> Any:
     from bot.adapters.feishu.thread import FeishuThreads
 
     settings = Settings(

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from agent_core import estimate_tokens
 from bot.adapters import message_text as mt
 from bot.adapters.feishu import thread as feishu
 from bot.adapters.slack import thread as slack
@@ -307,7 +308,7 @@ def reply(i: int, text: str = "") -> ThreadMessage:
 
 def test_ten_thousand_replies_keep_the_root_and_the_newest_within_the_tokens(monkeypatch) -> None:
     estimated = 0
-    real = tc.estimate_tokens
+    real = estimate_tokens
 
     def counting(text: str) -> int:
         nonlocal estimated
@@ -331,7 +332,7 @@ def test_ten_thousand_replies_keep_the_root_and_the_newest_within_the_tokens(mon
 def test_a_root_too_large_for_the_tokens_is_cut_and_nothing_fits_nothing_is_said() -> None:
     root = ThreadMessage(author="am", sent_at=0, text="x" * 2000, root=True)
     text, _ = tc.render_thread(Thread((root, reply(1))), tc.FRAME_TOKENS + 100)
-    assert "time unknown" in text and " …" in text and tc.estimate_tokens(text) <= 100
+    assert "time unknown" in text and " …" in text and estimate_tokens(text) <= 100
     assert tc.render_thread(Thread((root,)), tc.FRAME_TOKENS) == ("", "")
     assert tc.render_thread(Thread(()), 4000) == ("", "")
 
