@@ -11,7 +11,7 @@ Contract:
   as the generation holds, whichever worker appends meanwhile; the SHA-1 also catches a list
   deleted and written again behind the store's back (its generation key gone with it).
 - Bounded: at most `max_sessions` entries and `max_bytes` of their items' JSON (what Redis
-  holds; the parsed messages take a small multiple of it), the least recently used evicted
+  holds; the parsed messages take about twice that, measured), the least recently used evicted
   first; a history larger than `max_bytes` on its own is not kept.
 - Entries are immutable: an update replaces a session's entry, so a reader holding the previous
   one (a read in flight) is never affected by it.
@@ -28,17 +28,26 @@ from agent_core._errors import HistoryError
 from agent_core._history import CheckedPrefix, validate_from
 from agent_core._messages import Message, load_message
 
-__all__ = ["CachedHistory", "HistoryCache", "digest"]
+__all__ = ["CachedHistory", "HistoryCache", "digest", "read_from"]
 
 MAX_SESSIONS = 256
 """Default bound on cached sessions (a worker runs a few analyses at once; threads come back)."""
-MAX_BYTES = 64 * 1024 * 1024
-"""Default bound on the cached histories' JSON: thirty sessions of 2,000 messages."""
+MAX_BYTES = 32 * 1024 * 1024
+"""Default bound on the cached histories' JSON: fifteen sessions of 2,000 messages. The process
+holds about three times that at most: the parsed messages take twice their JSON, and their wire
+dicts (`agent_core._llm.convert`) most of the third."""
 
 
 def digest(raw: bytes | str) -> str:
     """The SHA-1 of one stored item, as Lua's `redis.sha1hex` computes it."""
     return hashlib.sha1(_encoded(raw), usedforsecurity=False).hexdigest()
+
+
+def read_from(cached: CachedHistory | None) -> tuple[int, int, str]:
+    """What a read sends of a cached history: its generation, length and last item's SHA-1."""
+    if cached is None:
+        return 0, 0, ""
+    return cached.generation, cached.length, cached.digest
 
 
 def _encoded(raw: bytes | str) -> bytes:
@@ -133,6 +142,29 @@ class HistoryCache:
         while len(self._entries) > self.max_sessions or self._bytes > self.max_bytes:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= evicted.size
+
+    def appended(
+        self,
+        session_id: str,
+        length: int,
+        generation: int,
+        messages: Sequence[Message],
+        raw: Sequence[bytes | str],
+    ) -> None:
+        """Extend the session's entry by what its store just appended, if nothing came between.
+
+        `length` (RPUSH's answer) and `generation` were read in the append's transaction: a list
+        that grew by exactly `messages` since the entry was true holds the entry plus them. When
+        another writer appended meanwhile the entry is kept as it is (the next read gets the
+        rest); a generation that moved drops it.
+        """
+        cached = self._entries.get(session_id)
+        if cached is None:
+            return
+        if cached.generation != generation:
+            self.drop(session_id)
+        elif cached.length + len(messages) == length:
+            self.put(session_id, cached.extended(raw, messages))
 
     def drop(self, session_id: str) -> None:
         """Forget the session's entry, if any."""

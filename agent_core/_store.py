@@ -28,7 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_core._errors import StoreError
 from agent_core._history import CheckedPrefix
-from agent_core._history_cache import CachedHistory, HistoryCache, digest
+from agent_core._history_cache import CachedHistory, HistoryCache, digest, read_from
 from agent_core._keys import Keys
 from agent_core._lua import register_lua
 from agent_core._messages import (
@@ -138,7 +138,7 @@ class HistoryStore:
         ]
         cached = self._cache.get(session_id)
         token = str(fence.token) if fence else ""
-        args: list[str | int] = [TURN_KEY_TTL_S, token, *_since(cached)]
+        args: list[str | int] = [TURN_KEY_TTL_S, token, *read_from(cached)]
         args += [dump_message(m) for m in inputs]
         with map_redis_errors("begin turn"):
             reply = await self._begin(keys=keys, args=args)
@@ -186,29 +186,6 @@ class HistoryStore:
         entry = CachedHistory.read(generation, raw) if base is None else base.extended(raw)
         self._cache.put(session_id, entry)
         return entry
-
-    def _appended(
-        self,
-        session_id: str,
-        length: int,
-        generation: int,
-        messages: Sequence[Message],
-        raw: list[str],
-    ) -> None:
-        """Extend the cached history by what this store just appended, when nothing came between.
-
-        `length` (RPUSH's answer) and `generation` were read in the write's transaction: a list
-        that grew by exactly `messages` since the cached read holds the cache plus them. When
-        another writer appended meanwhile the entry is kept as it is (the next read gets the
-        rest); a generation that moved drops it.
-        """
-        cached = self._cache.get(session_id)
-        if cached is None:
-            return
-        if cached.generation != generation:
-            self._cache.drop(session_id)
-        elif cached.length + len(messages) == length:
-            self._cache.put(session_id, cached.extended(raw, messages))
 
     async def _write(
         self, action: str, fill: Callable[[Pipeline], None], fence: Fence | None
@@ -275,7 +252,7 @@ class HistoryStore:
             pipe.get(self._keys.history_generation(session_id))
 
         answers = await self._write("append history", fill, fence)
-        self._appended(session_id, int(answers[0]), _int(answers[-1]), messages, raw)
+        self._cache.appended(session_id, int(answers[0]), _int(answers[-1]), messages, raw)
 
     async def suspend(
         self,
@@ -348,7 +325,7 @@ class HistoryStore:
             pipe.get(k.history_generation(session_id))
 
         answers = await self._write("close suspended batch", fill, fence)
-        self._appended(session_id, int(answers[0]), _int(answers[-1]), messages, raw)
+        self._cache.appended(session_id, int(answers[0]), _int(answers[-1]), messages, raw)
         with map_redis_errors("index approvals"):
             await self._redis.zrem(k.approvals_due, session_id)
 
@@ -395,13 +372,6 @@ class HistoryStore:
             elif isinstance(message, ToolMessage):
                 results[message.call_id] = message
         return batch, results
-
-
-def _since(cached: CachedHistory | None) -> tuple[int, int, str]:
-    """What `store_begin_turn.lua` is told of the cached history: generation, length, SHA-1."""
-    if cached is None:
-        return 0, 0, ""
-    return cached.generation, cached.length, cached.digest
 
 
 def _int(value: bytes | str | int | None) -> int:

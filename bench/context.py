@@ -20,8 +20,10 @@ the session once and keeps it):
    context window rather than by how history is read.
 
 Each is printed as a ratio to the 10-message session measured in the same run; the goal is at
-most 2x at 2,000 messages (it was 34x when the whole history was read and converted on every
-request). Absolute numbers are printed only to make the ratios readable.
+most 2x at 2,000 messages. Before the history cache (agent_core._history_cache), when every turn
+read the whole list and every request validated and converted all of it, this bench measured
+220x the bytes and 13x the CPU at 2,000 messages (2.2 MB and 40 ms a turn, against 10 kB and
+3 ms). Absolute numbers are printed only to make the ratios readable.
 """
 
 from __future__ import annotations
