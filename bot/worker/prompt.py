@@ -9,9 +9,10 @@ read, one that is not a regular file, or one that is not UTF-8 stops the worker 
 operator's configuration, so it is part of the prompt, not quoted as untrusted data.
 
 The prompt's wording leans on two things the rest of the runtime does: every tool result the
-model sees is labelled with its step number (`step 3`), which the answer cites as `[3]` and the
-card renders as a reference to that step; and every text from outside comes inside one
-untrusted-data block (`agent_core.aquote_untrusted`), which the prompt says to read as data.
+model sees ends with its step number (`[step 3]`, `agent_core._step_labels`), which the answer
+cites as `[3]` and the card renders as a reference to that step; and every text from outside
+comes inside one untrusted-data block (`agent_core.aquote_untrusted`), which the prompt says to
+read as data.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ _RULES = """\
 You are chatops, an SRE assistant working an incident in a chat thread. Investigate with your \
 tools before you conclude.
 
-- Every tool result is labelled with its step number (`step 3`). A fact is what a tool result \
+- Every tool result ends with its step number (`[step 3]`). A fact is what a tool result \
 established: cite the step it rests on as [3] (several: [3][5]). Anything else is a hypothesis.
 - Say what you checked, including what looked healthy.
 - When evidence is missing or conflicting, say you are unsure and what would settle it. Never \

@@ -13,6 +13,7 @@ loop.
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from dataclasses import replace
 
 import httpx
 
@@ -23,6 +24,7 @@ from agent_core import (
     ConfigError,
     HostAllowlist,
     RunbookLibrary,
+    RunbookLimits,
     ShellProfiles,
     Tool,
     Toolset,
@@ -139,11 +141,17 @@ async def _runbook_tools(settings: Settings, stack: AsyncExitStack) -> list[Tool
     if not (folder := (settings.runbooks_dir or "").strip()):
         return []
     try:
-        library = await RunbookLibrary.open(folder)
+        library = await RunbookLibrary.open(folder, _runbook_limits(settings))
     except ConfigError as exc:
         raise BotConfigError(f"CHATOPS_RUNBOOKS_DIR: {exc}") from exc
     stack.callback(library.close)
     return runbook_tools(library)
+
+
+def _runbook_limits(settings: Settings) -> RunbookLimits:
+    """The default bounds, a read cut to `CHATOPS_TOOL_MAX_BYTES` when that is smaller."""
+    default = RunbookLimits()
+    return replace(default, max_read_bytes=min(settings.tool_max_bytes, default.max_read_bytes))
 
 
 async def _mcp_tools(settings: Settings, stack: AsyncExitStack, limit: BodyLimit) -> list[Tool]:
