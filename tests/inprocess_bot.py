@@ -43,6 +43,9 @@ def bot_settings(redis_server, fake_llm, slack_api, slow_service) -> Settings:
         CHATOPS_LEASE_TTL_S=5,
         CHATOPS_PRICE_PROMPT_PER_MTOK=1.0,
         CHATOPS_PRICE_COMPLETION_PER_MTOK=2.0,
+        # Scripts here count model requests; the intent check after a redirect is one more, so
+        # it is off unless a test asks for it (tests/bot/control/test_intent_check_e2e.py).
+        CHATOPS_INTENT_CHECK="off",
     )
 
 

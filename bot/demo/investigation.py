@@ -11,6 +11,10 @@ the same kind of answer, because nothing but the conversation decides it. The st
    said (the failing dependency, the key log line, the pool metrics, the suspicious deploy) and
    ends with a concrete next step.
 
+The intent check (`agent_core._intent_check`, on after a redirect by default) is a request of its
+own: a system message and one user message listing the proposed calls, one JSON object a line.
+The rehearsal's calls follow the redirect, so it answers every call consistent.
+
 A steer reaches the model as a user message that starts
 `[Correction from NAME, sent while you were working. ...]` (`agent_core._llm.convert`); the
 bracketed header is ignored when looking for keywords, and NAME is echoed back.
@@ -62,6 +66,8 @@ def next_reply(messages: Sequence[Wire], service_url: str) -> ScriptedReply:
         The reply to stream or send.
     """
     base = service_url.rstrip("/")
+    if (check := _intent_check(messages)) is not None:
+        return check
     has_results = any(m.get("role") == "tool" for m in messages)
     if not has_results:
         text = "Checking health, logs and metrics in parallel."
@@ -69,6 +75,27 @@ def next_reply(messages: Sequence[Wire], service_url: str) -> ScriptedReply:
     if messages and messages[-1].get("role") == "user":
         return _follow_redirect(_text(messages[-1]), base)
     return ScriptedReply(_final_answer(_results(messages), base))
+
+
+def _intent_check(messages: Sequence[Wire]) -> ScriptedReply | None:
+    """Every call consistent, when the request is the intent check; else None."""
+    if len(messages) != 2 or messages[0].get("role") != "system":
+        return None
+    labels = []
+    for line in _text(messages[1]).splitlines():
+        if not line.startswith('{"call_id": '):
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and isinstance(item.get("call_id"), str):
+            labels.append(item["call_id"])
+    if not labels:
+        return None
+    reason = "it follows the redirect"
+    verdicts = [{"call_id": label, "consistent": True, "reason": reason} for label in labels]
+    return ScriptedReply(json.dumps({"verdicts": verdicts}))
 
 
 def _text(message: Wire) -> str:

@@ -12,9 +12,10 @@ test bound and passed down (`pass_fds`): connections queue in its backlog until 
 accepts them, so the test never waits for the server to come up.
 
 Tools: `pod_logs(pod)` (text), `dashboard(name)` (text and an image), `restart_pod(pod)` (counts
-its runs in the journal), `fetch_upstream(url)` (an HTTP GET: slow when the URL holds),
-`drain_node(node)` (always an `isError` result), `server_pid()` (its process id),
-`flood(kind, kib)` (a result of `kib` KiB: `text`, an embedded `resource`, or an `error`).
+its runs in the journal), `db_query(sql)` (a read-only database query), `fetch_upstream(url)`
+(an HTTP GET: slow when the URL holds), `drain_node(node)` (always an `isError` result),
+`server_pid()` (its process id), `flood(kind, kib)` (a result of `kib` KiB: `text`, an embedded
+`resource`, or an `error`).
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ def restart_pod(pod: str) -> str:
     """Restart a pod."""
     _journal(f"ran restart_pod {pod}")
     return f"pod {pod} restarted"
+
+
+@server.tool()
+def db_query(sql: str) -> str:
+    """Run a read-only SQL query on the payments database."""
+    return f"{sql}: 42 rows"
 
 
 @server.tool()

@@ -268,7 +268,8 @@ async def test_allowlisted_tools_are_listed_with_schema_and_risk(
     assert sorted(by_name) == sorted(
         ["k8s__pod_logs", "k8s__dashboard", "k8s_admin__restart_pod"]
         + [f"k8s_all__{t}" for t in ("pod_logs", "dashboard", "restart_pod")]
-        + [f"k8s_all__{t}" for t in ("fetch_upstream", "drain_node", "server_pid", "flood")]
+        + [f"k8s_all__{t}" for t in ("db_query", "fetch_upstream", "drain_node", "server_pid")]
+        + ["k8s_all__flood"]
     )
     logs = by_name["k8s__pod_logs"]
     assert logs.parameters["properties"]["pod"]["type"] == "string"
