@@ -77,10 +77,13 @@ MAX_NAME_CHARS = 1_000
 """The longest runbook name or URL `read_runbook` looks at."""
 MAX_HITS = 5
 """Runbooks listed per search, best first."""
+MAX_TITLE_CHARS = 200
+"""A title (the first heading) is cut to this length."""
 SNIPPET_TOKENS = 24
 """Words around the matches in each hit's passage."""
 NAME_WEIGHT = 5.0
 TITLE_WEIGHT = 5.0
+"""`bm25()` weights of the file name and the title against the body's 1."""
 TIMEOUT_S = 20.0
 """Per call: a rebuild of a full folder included."""
 
@@ -152,7 +155,7 @@ class _Index:
         row = (entry.name, _title(entry.name, read.text), read.text, note)
         self._db.execute("INSERT INTO runbooks VALUES (?, ?, ?, ?)", row)
         self.indexed += 1
-        return len(read.text.encode())
+        return min(read.size, limit)
 
     def search(self, query: _Query) -> tuple[int, list[_Hit]] | None:
         """How many runbooks match `query`, and the best; None once closed."""
@@ -255,7 +258,7 @@ def _build(root: str, limits: RunbookLimits) -> _Index:
 def _title(name: str, text: str) -> str:
     """The first `# ` heading, else the file name as words (`disk-full.md`: `disk full`)."""
     if heading := _TITLE.search(text):
-        return heading.group(1).strip().rstrip("#").strip()
+        return heading.group(1)[:MAX_TITLE_CHARS].strip().rstrip("#").strip()
     stem = name.rsplit("/", 1)[-1].removesuffix(".md").removesuffix(".MD")
     return " ".join(_WORDS.findall(stem))
 
