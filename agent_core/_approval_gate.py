@@ -70,11 +70,8 @@ class ApprovalGate:
         the cap are added to `refused`.
         """
         gated = {c.id for c in calls if c.id not in refused and needs_approval(c, run.toolset)}
-        why: dict[str, str] = {}
-        if self._intent is not None:
-            rest = [c for c in calls if c.id not in refused and c.id not in gated]
-            why = await self._intent.held(run, [c for c in rest if _would_run(c, run.toolset)])
-            gated |= set(why)
+        why = await self.intent_held(run, [c for c in calls if c.id not in {*refused, *gated}])
+        gated |= set(why)
         most = self._per_batch
         for call in [c for c in calls if c.id in gated][most:]:
             gated.discard(call.id)  # a card shows this many requests; more could never be decided
@@ -84,6 +81,15 @@ class ApprovalGate:
                 "this one after those are decided"
             )
         return gated, why
+
+    async def intent_held(self, run: TurnRun, calls: Sequence[ToolCall]) -> dict[str, str]:
+        """Of `calls` (none waiting yet), those the intent check holds, each with its reason.
+
+        Only calls that would run are checked; none when the check is off or not due.
+        """
+        if self._intent is None:
+            return {}
+        return await self._intent.held(run, [c for c in calls if _would_run(c, run.toolset)])
 
     @staticmethod
     async def park(run: TurnRun, gated: set[str]) -> RunResult | None:

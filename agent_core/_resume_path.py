@@ -3,7 +3,8 @@
 `agent_core._resume` decides, call by call, how the journaled batch is answered; this module
 carries the plan out: it books the batch and its kept results, runs again what may run again,
 and ends the batch through the batch tail (`agent_core._batch_tail`), so calls that wait for
-approval are parked and suspended again. Contract: docs/design.md §Invariants I1 and I7.
+approval are parked and suspended again; a call it would run again goes through the intent
+check first, as in a fresh batch. Contract: docs/design.md §Invariants I1 and I7.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ async def resume_open_batch(run: TurnRun, gate: ApprovalGate) -> Awaiting | Clos
         c.id for c in batch.tool_calls if c.id not in journaled and needs_approval(c, run.toolset)
     }
     plan = plan_resume(batch, journaled, run.toolset, waiting=gated)
+    # What would run again is checked against the corrections as it was the first time (a
+    # call held then was never journaled); a call that may have run is in doubt, not checked.
+    if why := await gate.intent_held(run, plan.rerun):
+        gated |= set(why)
+        plan = plan_resume(batch, journaled, run.toolset, waiting=gated)
     run.diag.note("resume", f"{len(journaled)} kept, {plan.in_doubt} in doubt")
     calls = tuple(FunctionCallPart(call=c) for c in batch.tool_calls)
     await run.observe(RunEvent(source=EventSource.MODEL, parts=calls))
@@ -39,7 +45,7 @@ async def resume_open_batch(run: TurnRun, gate: ApprovalGate) -> Awaiting | Clos
         await run.observe(tool_event(result))
     rerun = await run.run_batch(batch, plan.rerun, skip=gated) if plan.rerun else []
     by_id = {**plan.answered, **{r.call_id: r for r in rerun}}
-    end = await close_batch(run, gate, batch, list(by_id.values()), gated)
+    end = await close_batch(run, gate, batch, list(by_id.values()), gated, why)
     if isinstance(end, Awaiting):
         return end
     run.call_ids |= {c.id for c in batch.tool_calls}

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from agent_core import (
     Approval,
+    AssistantMessage,
     Awaiting,
     Completed,
     ControlPlane,
@@ -32,6 +33,7 @@ from agent_core import (
     Stopped,
     SystemMessage,
     Tool,
+    ToolCall,
     ToolContext,
     ToolMessage,
     Toolset,
@@ -410,3 +412,22 @@ def test_verdicts_fail_closed() -> None:
     )
     assert read_verdicts(answer, labels) == {"c1": "reads the db", "c3": NO_VERDICT}
     assert read_verdicts("x" * 70_000 + verdicts(("c1", True, "")), ["c1"]) == {"c1": NO_VERDICT}
+
+
+async def test_a_call_a_dead_worker_left_unanswered_is_checked_before_it_runs_again(
+    redis_client: aioredis.Redis,
+) -> None:
+    """The worker died after the check held the call, before the turn suspended."""
+    database = Database()
+    model = ScriptedModel([text(verdicts(("c1", False, REASON)))])
+    runtime = runtime_for(model, redis_client, database.tool)
+    batch = AssistantMessage(tool_calls=(ToolCall(id="call_q", name="db_query", arguments=QUERY),))
+    await runtime.store.begin_turn(SESSION, "t1", list(redirected_task()))
+    await runtime.store.journal_batch(SESSION, "t1", batch)
+
+    outcome = await runtime.run(request("t1"))
+
+    assert isinstance(outcome.result, Awaiting) and outcome.result.approvals == ("call_q",)
+    assert database.runs == [] and len(check_requests(model)) == 1
+    (record,) = (await runtime.approvals.records(SESSION)).values()
+    assert record.why == REASON
