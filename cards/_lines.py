@@ -169,7 +169,8 @@ def _waiting(card: ProgressCard) -> str:
     if card.status is CardStatus.AWAITING_APPROVAL:
         calls = plural(len(card.approvals), "call")
         if any(approval.why for approval in card.approvals):
-            return f"Waiting for approval — {calls} need a person's decision"
+            verb = "needs" if len(card.approvals) == 1 else "need"
+            return f"Waiting for approval — {calls} {verb} a person's decision"
         return f"Waiting for approval — {calls} would change something"
     done = sum(c.state in ("done", "failed", "cancelled") for c in card.children)
     return f"Waiting for sub-agents — {done} of {len(card.children)} reported"

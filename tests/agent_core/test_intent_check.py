@@ -175,7 +175,7 @@ async def test_a_redirect_then_a_database_call_waits_with_the_reason_on_record_a
     feishu = json.dumps(render_feishu(shown), ensure_ascii=False)
     for rendered in (slack, feishu):
         assert f"Why: {REASON}" in rendered and "goes against a correction" in rendered
-        assert "need a person's decision" in rendered
+        assert "1 call needs a person's decision" in rendered
 
 
 async def test_with_the_check_off_the_call_runs(redis_client: aioredis.Redis) -> None:
