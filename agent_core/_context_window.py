@@ -152,6 +152,7 @@ class _Session:
     frontier_anchor: Message | None = None
     summary: _Summary | None = None
     prefix: list[Message] = field(default_factory=list)
+    prefix_stubs: int = 0
     prefix_span: tuple[int, int] = (0, 0)
 
     def continues(self, history: Sequence[Message]) -> bool:
@@ -405,9 +406,9 @@ def _build(
         head = [history[p] for p in state.pins if p < plan.start]
         head.append(state.summary.message)
         notes.append(f"summary of {plan.start} messages")
-    stubs = sum(1 for m in history[plan.start : plan.frontier] if isinstance(m, ToolMessage))
-    if stubs:
-        notes.append(f"{stubs} results stubbed")
+    prefix = _prefix(state, history, plan)
+    if state.prefix_stubs:
+        notes.append(f"{state.prefix_stubs} results stubbed")
     tail = list(history[plan.frontier :])
     cost = _cost(state, plan.start, plan.frontier, end)
     if cost > budget:
@@ -416,18 +417,22 @@ def _build(
         )
         cost = budget
         notes.append(f"{cut} latest results cut")
-    return [*head, *_prefix(state, history, plan), *tail], cost, ", ".join(notes)
+    return [*head, *prefix, *tail], cost, ", ".join(notes)
 
 
 def _prefix(state: _Session, history: Sequence[Message], plan: _Plan) -> list[Message]:
     """`history[start:frontier]` with its results as stubs, extended from the last request's."""
     start, done = state.prefix_span
     if start != plan.start or done > plan.frontier:
-        state.prefix, done = [], plan.start
-    for message in history[done : plan.frontier]:
-        if isinstance(message, ToolMessage):
-            stub = _stub(message, state.call_args.get(message.call_id, ""))
-            message = stub if message_tokens(stub) < message_tokens(message) else message
+        state.prefix, state.prefix_stubs, done = [], 0, plan.start
+    for index in range(done, plan.frontier):
+        message = history[index]
+        if (
+            isinstance(message, ToolMessage)
+            and state.cum_stub[index + 1] - state.cum_stub[index] < state.sizes[index]
+        ):
+            message = _stub(message, state.call_args.get(message.call_id, ""))
+            state.prefix_stubs += 1
         state.prefix.append(message)
     state.prefix_span = (plan.start, plan.frontier)
     return state.prefix
@@ -465,16 +470,16 @@ def _cut_middle(text: str, tokens: int) -> str:
 
 def summary_request(job: SummaryJob) -> list[Message]:
     """The summary request's messages: its instructions, then the transcript to fold in."""
-    lines = [_render(m) for m in job.messages]
     room = job.budget - estimate_tokens(job.previous)
-    kept = 0
-    for line in reversed(lines):  # the newest lines are kept when not all fit
+    lines: list[str] = []
+    for message in reversed(job.messages):  # the newest are kept when not all fit
+        line = _render(message)
         room -= estimate_tokens(line)
         if room < 0:
             break
-        kept += 1
-    left_out = len(lines) - kept
-    transcript = "\n".join(lines[left_out:])
+        lines.append(line)
+    left_out = len(job.messages) - len(lines)
+    transcript = "\n".join(reversed(lines))
     parts = [f"Summary so far:\n{job.previous}\n"] if job.previous else []
     if left_out:
         parts.append(_NOT_SUMMARISED.format(count=left_out))
