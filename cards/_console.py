@@ -7,9 +7,10 @@ newline), no line is longer than `width` characters, a live card ends with exact
 shared ones of `cards._lines`, as on Slack and Feishu. Width is counted in characters; a wide
 character (CJK, emoji) takes two terminal columns, so such a line may look longer.
 
-Layout, in order: a `== title ===` rule; the status and elapsed time; the newest steps; the
-interventions; the answer between two rules; the replay link (when set); the Stop hint (only
-while live).
+Layout, in order: a `== title ===` rule; the status and elapsed time; the newest steps,
+numbered as the answer cites them; the interventions; the answer between two rules (its parts
+under their headings, citations `[3]` as references `[3 · prometheus_query]`, its sources);
+the replay link (when set); the Stop hint (only while live).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from cards import _lines
+from cards._answer import Markup, show_answer
 from cards._limits import truncate
 from cards._mentions import defuse
 from cards._model import CardStatus, ProgressCard
@@ -55,7 +57,12 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
     lines = [_rule(card.title, width), *_wrap(_status(card), width)]
     if note := _lines.note_line(card, _plain):
         lines.extend(_wrap(note, width))
-    steps = _listed(card.steps, lambda step: _lines.step_line(step, _plain), STEP_LINES, "step")
+    steps = _listed(
+        _lines.numbered(card.steps),
+        lambda item: _lines.step_line(item[1], _plain, f"{item[0]}."),
+        STEP_LINES,
+        "step",
+    )
     interventions = _listed(
         card.interventions,
         lambda intervention: _lines.intervention_line(intervention, _plain),
@@ -70,7 +77,7 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
             lines.append("")
             lines.extend(line for text in block.split("\n") for line in _wrap(text, width, 1))
     if card.status is CardStatus.ANSWERED:
-        lines.extend(_answer(card.answer, width))
+        lines.extend(_answer(card, width))
     if card.status is CardStatus.AWAITING_APPROVAL:
         for approval in card.approvals:
             lines.append("")
@@ -112,19 +119,37 @@ def _wrap(text: str, width: int, depth: int = 0) -> list[str]:
     ) or [indent]
 
 
-def _answer(answer: str, width: int) -> list[str]:
-    """The answer between two rules, line breaks kept, plus a note when it had to be shortened."""
-    text = _lines.clean(answer).strip()
-    shown = truncate(text, ANSWER_CHARS, escape=defuse)
-    if not shown:
+_MARKUP = Markup(escape=_plain, strong=lambda text: text)
+"""Citations as plain references (`[3 · prometheus_query]`); no markup in a terminal."""
+
+
+def _answer(card: ProgressCard, width: int) -> list[str]:
+    """The answer between two rules, each part under its heading, then its sources.
+
+    Line breaks are kept, a blank line separates the parts, and a note says when the answer had
+    to be shortened.
+    """
+    shown = show_answer(card.answer, card.steps, _MARKUP, budget=ANSWER_CHARS, each=ANSWER_CHARS)
+    if not shown.parts:
         return []
     rule = "-" * width
-    body = [
+    body: list[str] = []
+    for heading, text in shown.parts:
+        if body:
+            body.append("")
+        body += [heading] if heading else []
+        body += _folded(text, width)
+    if shown.sources:
+        body += ["", "Sources"]
+        body += [line for source in shown.sources for line in _wrap(source, width, 1)]
+    note = [f"(Answer shortened: {shown.chars:,} characters in all.)"] if shown.shortened else []
+    return ["", rule, *body, *note, rule]
+
+
+def _folded(text: str, width: int) -> list[str]:
+    """`text` folded to `width`, its line breaks and blank lines kept."""
+    return [
         folded
-        for line in shown.splitlines()
+        for line in text.splitlines()
         for folded in (textwrap.wrap(line, width, break_on_hyphens=False) if line.strip() else [""])
     ]
-    note = (
-        [f"(Answer shortened: {len(text):,} characters in all.)"] if shown != defuse(text) else []
-    )
-    return ["", rule, *body, *note, rule]

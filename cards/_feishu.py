@@ -13,11 +13,13 @@ So user text gets `<` and `>` as the character references `&#60;` and `&#62;`, w
 Feishu's markdown docs say to show those characters literally. The header title is `plain_text`,
 which Feishu never parses.
 
-Elements, in order: markdown (status and elapsed time); markdown (the newest steps); markdown
-(interventions); hr, markdown and maybe a note (the answer); while calls wait for approval,
-per call a markdown line (the call, and why it waits when the intent check held it) and its
-Approve and Deny buttons; button (Stop, only while live); button (Replay, when the card has a
-link).
+Elements, in order: markdown (status and elapsed time); markdown (the newest steps, numbered as
+the answer cites them); markdown (interventions); hr, one markdown per part of the answer
+(`Findings`, `Hypotheses`, `Next steps` under bold headings; citations `[3]` as bold references
+`[3 · prometheus_query]`), its sources and maybe a note (the answer, `cards._answer`); while
+calls wait for approval, per call a markdown line (the call, and why it waits when the intent
+check held it) and its Approve and Deny buttons; button (Stop, only while live); button
+(Replay, when the card has a link).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cards import _lines
+from cards._answer import MAX_SECTIONS, Markup, show_answer
 from cards._limits import FEISHU, FeishuLimits, LimitExceeded, truncate
 from cards._mentions import defuse
 from cards._model import CardApproval, CardStatus, ProgressCard
@@ -91,8 +94,8 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
         shown = truncate(note, limits.markdown_chars, fits=_fits(NOTE_BYTES))
         elements.append(_markdown(shown, text_size="notation"))
     steps = _lines.tail(
-        card.steps,
-        lambda step: _lines.step_line(step, escape_markdown),
+        _lines.numbered(card.steps),
+        lambda item: _lines.step_line(item[1], escape_markdown, f"**{item[0]}.**"),
         max_lines=limits.step_lines,
         fits=lambda text: len(text) <= limits.markdown_chars and within(text),
         noun="step",
@@ -118,7 +121,7 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
     if children:
         elements.append(_markdown(children))
     if card.status is CardStatus.ANSWERED:
-        elements.extend(_answer(card.answer, limits))
+        elements.extend(_answer(card, limits))
     if card.status is CardStatus.AWAITING_APPROVAL:
         # While calls wait no answer is shown: their lines share the answer's bytes.
         fits = _fits(limits.answer_bytes // max(1, limits.approvals))
@@ -150,19 +153,55 @@ def _status(card: ProgressCard) -> str:
     return f"{icon} **{said}**  ·  {_lines.elapsed(card.elapsed_s)}"
 
 
-def _answer(answer: str, limits: FeishuLimits) -> list[Element]:
-    """A rule and the answer, plus a note when the answer had to be shortened."""
-    text = _lines.clean(answer).strip()
-    shown = truncate(
-        text, limits.markdown_chars, escape=escape_markdown, fits=_fits(limits.answer_bytes)
+_MARKUP = Markup(escape=escape_markdown, strong=lambda text: f"**{text}**")
+"""Citations as bold references (`**[3 · prometheus_query]**`), headings in bold."""
+_HEADING_ROOM = 20
+"""Characters and bytes a section keeps for its `**Next steps**` line."""
+SOURCES_BYTES = 1_500
+"""Bytes of the answer's Sources element (each cited step's number, tool and arguments)."""
+_ELEMENT_BYTES = 64
+"""Bytes of one markdown element's frame (`{"tag": "markdown", …}`, about 50 measured)."""
+
+
+def _answer(card: ProgressCard, limits: FeishuLimits) -> list[Element]:
+    """A rule, one markdown element per part of the answer, its sources, maybe a note.
+
+    Everything here comes out of the answer's bytes (`FeishuLimits.answer_bytes`): the sources
+    first, then each element's frame, and what is left is shared by the parts.
+    """
+    frames = _ELEMENT_BYTES * (MAX_SECTIONS + 2)  # the parts, the sources, the note
+    budget = limits.answer_bytes - SOURCES_BYTES - frames
+    shown = show_answer(
+        card.answer,
+        card.steps,
+        _MARKUP,
+        budget=budget,
+        each=limits.markdown_chars,
+        size=json_bytes,
+        heading_room=_HEADING_ROOM,
     )
-    if not shown:
+    if not shown.parts:
         return []
-    elements = [{"tag": "hr"}, _markdown(shown)]
-    if shown != escape_markdown(text):
-        note = f"*Answer shortened to fit the card ({len(text):,} characters in all).*"
+    elements: list[Element] = [{"tag": "hr"}]
+    for heading, text in shown.parts:
+        elements.append(_markdown(f"**{heading}**\n{text}" if heading else text))
+    if shown.sources:
+        elements.append(_markdown(_sources(shown.sources, limits), text_size="notation"))
+    if shown.shortened:
+        note = f"*Answer shortened to fit the card ({shown.chars:,} characters in all).*"
         elements.append(_markdown(note, text_size="notation"))
     return elements
+
+
+def _sources(lines: tuple[str, ...], limits: FeishuLimits) -> str:
+    """`**Sources**` and as many cited steps' lines as fit its bytes and characters."""
+    text = "**Sources**"
+    for line in lines:
+        longer = f"{text}\n{line}"
+        if len(longer) > limits.markdown_chars or json_bytes(longer) > SOURCES_BYTES:
+            break
+        text = longer
+    return text
 
 
 def _header(card: ProgressCard, limits: FeishuLimits) -> Element:

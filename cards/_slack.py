@@ -1,7 +1,7 @@
 """A progress card as Slack Block Kit blocks, and the message's notification text.
 
-Contract: the blocks pass Slack's validation for any card (at most 7 of the 50 blocks, every text
-within `SlackLimits`), a live card has exactly one Stop button and a final card none, and no
+Contract: the blocks pass Slack's validation for any card (at most 17 of the 50 blocks, every
+text within `SlackLimits`), a live card has exactly one Stop button and a final card none, and no
 user- or model-provided text can mention anyone (docs/reliability.md A6). Mentions, channel pings
 and links in mrkdwn all need `<` (`<!channel>`, `<@U123>`, `<https://x|y>`), and Slack's
 documented escaping turns every `&`, `<`, `>` into `&amp;`, `&lt;`, `&gt;`; `verbatim: true`
@@ -12,8 +12,11 @@ with an invisible word joiner (`cards._mentions`), the header's too.
 
 Blocks, in order: header (the task); section (status and elapsed time); context (the card's
 note, if any: it started without the thread's messages); section (the newest
-steps); context (interventions); divider, section and maybe a context note (the answer); actions
-(Stop while live; Replay when the card has a link).
+steps, numbered as the answer cites them); context (interventions); divider, one section per
+part of the answer (`Findings`, `Hypotheses`, `Next steps`, each under its bold heading; its
+citations `[3]` as bold references `[3 · prometheus_query]`), a context of its sources (each
+cited step's number, tool and arguments) and maybe a context note (the answer, `cards._answer`);
+actions (Stop while live; Replay when the card has a link).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from cards import _lines
+from cards._answer import Markup, show_answer
 from cards._limits import SLACK, LimitExceeded, SlackLimits, truncate
 from cards._mentions import defuse
 from cards._model import CardApproval, CardStatus, ProgressCard
@@ -60,8 +64,8 @@ def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]
     if note := _lines.note_line(card, escape_mrkdwn):
         blocks.append(_context(note, limits))
     steps = _lines.tail(
-        card.steps,
-        lambda step: _lines.step_line(step, escape_mrkdwn),
+        _lines.numbered(card.steps),
+        lambda item: _lines.step_line(item[1], escape_mrkdwn, f"*{item[0]}.*"),
         max_lines=limits.step_lines,
         fits=lambda text: len(text) <= limits.section_text,
         noun="step",
@@ -87,7 +91,7 @@ def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]
     if children:
         blocks.append(_section(children, limits.section_text))
     if card.status is CardStatus.ANSWERED:
-        blocks.extend(_answer(card.answer, limits))
+        blocks.extend(_answer(card, limits))
     if card.status is CardStatus.AWAITING_APPROVAL:
         for approval in card.approvals[: limits.approvals]:
             line = _lines.approval_line(approval, escape_mrkdwn)
@@ -114,17 +118,44 @@ def _status(card: ProgressCard) -> str:
     return f"{icon} *{said}*  ·  {_lines.elapsed(card.elapsed_s)}"
 
 
-def _answer(answer: str, limits: SlackLimits) -> list[Block]:
-    """Divider and answer section, plus a note when the answer had to be shortened."""
-    text = _lines.clean(answer).strip()
-    shown = truncate(text, limits.section_text, escape=escape_mrkdwn)
-    if not shown:
+_MARKUP = Markup(escape=escape_mrkdwn, strong=lambda text: f"*{text}*")
+"""Citations as bold references (`*[3 · prometheus_query]*`), headings in bold."""
+_HEADING_CHARS = 16
+"""Room a section keeps for its `*Next steps*` line."""
+
+
+def _answer(card: ProgressCard, limits: SlackLimits) -> list[Block]:
+    """Divider, one section per part of the answer (its heading in bold), its sources, a note.
+
+    The parts share one section's characters (`SlackLimits.section_text`), as the answer did
+    before it had parts; the note says when it had to be shortened.
+    """
+    each = limits.section_text
+    shown = show_answer(
+        card.answer, card.steps, _MARKUP, budget=each, each=each, heading_room=_HEADING_CHARS
+    )
+    if not shown.parts:
         return []
-    blocks = [{"type": "divider"}, _section(shown, limits.section_text)]
-    if shown != escape_mrkdwn(text):
-        note = f"_Answer shortened to fit Slack ({len(text):,} characters in all)._"
+    blocks: list[Block] = [{"type": "divider"}]
+    for heading, text in shown.parts:
+        said = f"*{heading}*\n{text}" if heading else text
+        blocks.append(_section(said, limits.section_text))
+    if shown.sources:
+        blocks.append(_context(_fitting("*Sources*", shown.sources, limits.context_text), limits))
+    if shown.shortened:
+        note = f"_Answer shortened to fit Slack ({shown.chars:,} characters in all)._"
         blocks.append(_context(note, limits))
     return blocks
+
+
+def _fitting(head: str, lines: tuple[str, ...], limit: int) -> str:
+    """`head` and as many of `lines` as fit in `limit` characters, one a line."""
+    text = head
+    for line in lines:
+        if len(text) + 1 + len(line) > limit:
+            break
+        text += "\n" + line
+    return text
 
 
 def _header(card: ProgressCard, limits: SlackLimits) -> Block:

@@ -322,11 +322,13 @@ def test_steps_show_the_newest_under_a_count_of_the_earlier_ones() -> None:
     )
     slack = render_slack(shown)[2]["text"]["text"].splitlines()
     feishu = render_feishu(shown)["body"]["elements"][1]["content"].splitlines()
-    for lines in (slack, feishu):
+    # Each step keeps its number on the card (the one the answer cites), in bold.
+    for lines, (bold, end) in ((slack, ("*", "*")), (feishu, ("**", "**"))):
         assert lines[0] == "… 14 earlier steps"
         assert len(lines) == 1 + SLACK.step_lines
-        assert lines[-2] == "❌ `x` y · failed, 0.4s"
-        assert lines[-1] == "⏳ `http_get` url=https://s.example/last · running"
+        assert lines[1].startswith(f"{bold}15.{end} ✅ `http_get`")
+        assert lines[-2] == f"{bold}33.{end} ❌ `x` y · failed, 0.4s"
+        assert lines[-1] == f"{bold}34.{end} ⏳ `http_get` url=https://s.example/last · running"
 
 
 def test_steps_fit_small_limits_too() -> None:

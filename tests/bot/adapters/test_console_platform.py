@@ -298,8 +298,8 @@ def test_a_live_card_shows_its_steps_and_the_stop_hint() -> None:
     lines = text.split("\n")
     assert lines[0].startswith("== Why is checkout slow? ==") and len(lines[0]) == 80
     assert lines[1] == "🔎 Investigating… · 1m 05s"
-    assert "  ✅ `http_get` url=http://db/health · 0.4s" in lines
-    assert "  ⏳ `http_get` url=http://cache/health · running" in lines
+    assert "  1. ✅ `http_get` url=http://db/health · 0.4s" in lines
+    assert "  2. ⏳ `http_get` url=http://cache/health · running" in lines
     assert "  ↪ carol: look at the gateway" in lines
     assert lines[-1] == STOP_HINT and text.count(STOP_HINT) == 1
 
