@@ -6,7 +6,7 @@ working directory is read too. Secrets are `SecretStr`, so they never appear in 
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_core import IntentCheck
@@ -119,6 +119,14 @@ class Settings(BaseSettings):
         default=4000, ge=0, validation_alias="CHATOPS_THREAD_CONTEXT_TOKENS"
     )
     """Tokens of a thread's earlier messages an analysis starts with; 0: none are read."""
+    context_window_tokens: int = Field(
+        default=128_000, ge=2_048, le=100_000_000, validation_alias="CHATOPS_CONTEXT_WINDOW_TOKENS"
+    )
+    """The model's context window: each request is compacted to fit it, less the reserve."""
+    answer_reserve_tokens: int = Field(
+        default=4_096, ge=0, validation_alias="CHATOPS_ANSWER_RESERVE_TOKENS"
+    )
+    """Tokens of the window kept free for the model's answer; less than half the window."""
     lease_ttl_s: float = Field(default=30.0, gt=0, validation_alias="CHATOPS_LEASE_TTL_S")
     production: bool = Field(default=False, validation_alias="CHATOPS_PRODUCTION")
     """Refuse to start against a Redis that would lose the queue on restart (no AOF)."""
@@ -190,6 +198,15 @@ class Settings(BaseSettings):
     def _people(cls, value: str) -> str:
         """An entry with an unknown platform (`slak:U0123`) is refused at start-up."""
         parse_people(value)
+        return value
+
+    @field_validator("answer_reserve_tokens")
+    @classmethod
+    def _reserve_within_window(cls, value: int, info: ValidationInfo) -> int:
+        """A reserve of half the window or more leaves no room to send anything."""
+        window = info.data.get("context_window_tokens")
+        if isinstance(window, int) and value >= window // 2:
+            raise ValueError(f"must be less than half CHATOPS_CONTEXT_WINDOW_TOKENS ({window})")
         return value
 
     @field_validator("console_token", "otel_endpoint", mode="before")

@@ -175,6 +175,8 @@ async def _open_runtime(
             steer_cancels_tools=settings.steer_cancels_tools,
             approval_timeout_s=settings.approval_timeout_s,
             intent_check=settings.intent_check,
+            context_window_tokens=settings.context_window_tokens,
+            answer_reserve_tokens=settings.answer_reserve_tokens,
         ),
     )
 
