@@ -94,6 +94,9 @@ class CardStep:
     state: StepState = StepState.RUNNING
     duration_s: float | None = None
     """How long the call took; None while it runs."""
+    call_id: str = ""
+    """The call's id (never shown): a call the runtime books again, as a resumed batch does,
+    keeps its one step and so its number. Empty on cards stored before steps had it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

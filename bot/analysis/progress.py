@@ -4,6 +4,15 @@ The tracker is the runtime's per-run event sink: a model response's tool calls b
 steps, each tool result finishes its step (done, failed or interrupted, with its duration), an
 accepted stop turns the card to "stopping" with the number of calls still in flight. Every change
 hands the new card to `on_change` (the publisher coalesces them). Pure state, no I/O.
+
+Step numbers: a step's number is its position on the card, from 1, and the answer cites it
+(`[3]`). The model reads the same number on the call's result (`agent_core`'s step labels: the
+analysis's calls after its task, in history order). They agree because the card adds one step
+per call of the analysis, in the order the runtime books them, which is the history's order:
+every call of a batch (run, refused by the budget, waiting for approval) is booked; a call
+booked again (a batch resumed after an approval, a drain or a worker's death, whose calls are
+on the card it continues) keeps its step, found by call id; follow-up turns, approvals and
+take-overs continue the same card and so the same count.
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent_core import Approval, RunEvent, ToolCall, ToolStatus, redact
 from bot.control.approval_desk import approval_button_value
@@ -122,25 +131,36 @@ class CardTracker:
         steps = list(self._card.steps)
         now = self._clock()
         for call in event.calls:
-            step = CardStep(tool=call.name, args=summarize_args(call))
-            index = self._shown_unanswered(steps, step)
-            if index is None:  # a resumed batch's calls are on the card already
+            index = self._step_of(steps, call)
+            if index is None:
                 index = len(steps)
-                steps.append(step)
-            self._running[call.id] = _Running(index, now)
+                steps.append(CardStep(tool=call.name, args=summarize_args(call), call_id=call.id))
+            if steps[index].state is StepState.RUNNING:  # an answered one keeps its answer
+                self._running[call.id] = _Running(index, now)
         for response in event.responses:
             running = self._running.pop(response.call_id, None)
             if running is None:
                 continue
-            steps[running.index] = CardStep(
-                tool=steps[running.index].tool,
-                args=steps[running.index].args,
+            steps[running.index] = replace(
+                steps[running.index],
                 state=_STEP_STATE[response.status],
                 duration_s=round(now - running.started, 3),
             )
         if event.calls or event.responses:
             pending = self.in_flight if self._card.status is CardStatus.STOPPING else 0
             self._set(steps=tuple(steps), pending_calls=pending)
+
+    def _step_of(self, steps: list[CardStep], call: ToolCall) -> int | None:
+        """The step already on the card for `call` (a resumed batch books its calls again).
+
+        By call id; a card stored before steps had one is matched as it was, by a step still
+        shown running with the same tool and arguments. None: a new call, a new step.
+        """
+        for index in range(len(steps) - 1, -1, -1):
+            if steps[index].call_id == call.id:
+                return index
+        step = CardStep(tool=call.name, args=summarize_args(call))
+        return self._shown_unanswered(steps, step)
 
     def _shown_unanswered(self, steps: list[CardStep], step: CardStep) -> int | None:
         """The index of a step still shown running that no call of this tracker owns."""
