@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from agent_core._messages import AssistantMessage, Message, ToolMessage, UserKind, UserMessage
 
-__all__ = ["Calibration", "estimate_tokens", "message_tokens"]
+__all__ = ["Calibration", "cut_to_tokens", "estimate_tokens", "message_tokens"]
 
 _ASCII_CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 6
@@ -38,6 +38,14 @@ def estimate_tokens(text: str) -> int:
     ascii_chars = len(text.encode("ascii", "ignore"))
     wide = len(text) - ascii_chars
     return -(-ascii_chars // _ASCII_CHARS_PER_TOKEN) + wide
+
+
+def cut_to_tokens(text: str, tokens: int) -> str:
+    """The start of `text` that costs at most about `tokens` (`estimate_tokens`)."""
+    if estimate_tokens(text) <= tokens:
+        return text
+    kept = text[: tokens * _ASCII_CHARS_PER_TOKEN]
+    return kept if estimate_tokens(kept) <= tokens else text[:tokens]
 
 
 def message_tokens(message: Message) -> int:

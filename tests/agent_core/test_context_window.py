@@ -29,7 +29,7 @@ from agent_core import (
 from agent_core._context_window import ContextWindow, stub_text
 from agent_core._llm.client import context_too_long
 from agent_core._messages import Message
-from agent_core._tokens import Calibration
+from agent_core._tokens import Calibration, message_tokens
 
 SYSTEM = SystemMessage(content="You are an SRE assistant.")
 _IDS = itertools.count(1)
@@ -190,7 +190,7 @@ async def test_each_request_estimates_only_the_messages_appended_since_the_last(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     counted = 0
-    real = cw.message_tokens
+    real = message_tokens
 
     def counting(message: Message) -> int:
         nonlocal counted

@@ -25,7 +25,7 @@ from agent_core import (
     UserMessage,
     validate_history,
 )
-from agent_core._context_window import SUMMARY_INSTRUCTIONS
+from agent_core._context_summary import SUMMARY_INSTRUCTIONS
 from tests.fakes import openai_provider as fp
 
 SESSION = "incident-window"
