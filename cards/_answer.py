@@ -16,9 +16,10 @@ Contract:
   is rendered as a reference to those steps; adjacent ones (`[3][5]`) become one reference. A
   citation naming a step the card does not have is left as the text it was: never a reference
   to nothing.
-- **Linear.** The scan is `str.find` for `[` plus at most `_CITATION_CHARS` characters looked
-  at per `[`, and each line is looked at once for a heading: no regular expression runs over
-  the answer, so a 40 KB hostile answer costs what its length costs.
+- **Linear.** The scan finds each `[` followed by a digit or a space (one fixed two-character
+  pattern, nothing to backtrack) and looks at most `_CITATION_CHARS` characters past it, and
+  each line of at most `_HEADING_LINE_CHARS` is looked at once for a heading, so a 40 KB
+  hostile answer costs what its length costs (measured: tens of milliseconds per platform).
 - **Escaping.** Citations are found in the escaped text (the escapes of every platform leave
   digits, brackets, commas and spaces alone), so the references are the only markup added,
   and what they add (a step's tool name) is escaped by the caller's `escape` too. A rendering
@@ -27,6 +28,7 @@ Contract:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -57,6 +59,9 @@ MAX_CITED = 8
 _CITATION_CHARS = 48
 """Characters looked at after a `[` for its citation, at most."""
 _MAX_DIGITS = 4
+_START = re.compile(r"\[[ 0-9]")
+"""Where a citation may start. Two fixed characters (no quantifier, so nothing to backtrack):
+the engine skips, in C, the `[` that cannot start one (40,000 of them: 0.25 s in a Python loop)."""
 SOURCES_SHOWN = 10
 """Cited steps listed under the answer at most (in the order first cited)."""
 SOURCE_ARGS_CHARS = 100
@@ -163,14 +168,14 @@ def _citation(text: str, start: int, steps: int) -> tuple[list[int], int] | None
 
 def _citations(text: str, steps: int) -> Iterator[tuple[int, list[int], int]]:
     """Each citation of `text`: where it starts, the steps it names, where it ends."""
-    at = text.find("[")
-    while at != -1:
-        found = _citation(text, at, steps)
+    start = _START.search(text)
+    while start is not None:
+        found = _citation(text, start.start(), steps)
         if found is None:
-            at = text.find("[", at + 1)
+            start = _START.search(text, start.start() + 1)
             continue
-        yield at, found[0], found[1]
-        at = text.find("[", found[1])
+        yield start.start(), found[0], found[1]
+        start = _START.search(text, found[1])
 
 
 def _tool(step: CardStep, escape: Escape) -> str:
@@ -233,7 +238,8 @@ class Shown:
     parts: tuple[tuple[str, str], ...]
     """`(heading, rendered text)` of each section, in order ("" heading: none)."""
     sources: tuple[str, ...]
-    """One line per cited step (`source_line`), at most `SOURCES_SHOWN`."""
+    """One line per step cited where the parts could be shown (`source_line`), at most
+    `SOURCES_SHOWN`."""
     shortened: bool
     """Some section was cut to fit."""
     chars: int
@@ -268,18 +274,20 @@ def show_answer(
     def render(raw: str) -> str:
         return cite(markup.escape(raw), steps, markup)
 
-    whole = [render(part.body) for part in parts]
+    # Escaping never shortens, so no more than `each` characters of a part can be shown.
+    whole = [render(part.body[: each + 1]) for part in parts]
     headed = any(part.heading for part in parts)
     rooms = share([size(full) for full in whole], budget - heading_room * headed)
     shown: list[tuple[str, str]] = []
     shortened = False
     for part, full, room in zip(parts, whole, rooms, strict=True):
         body, chars = full, each - heading_room * bool(part.heading)
-        if size(full) > room or len(full) > chars:
+        if len(part.body) > each or size(full) > room or len(full) > chars:
             body = truncate(part.body, chars, escape=render, fits=_within(size, room))
             shortened = True
         if body or part.heading:
             shown.append((part.heading, body))
-    cited = cited_steps(text, len(steps))[:SOURCES_SHOWN]
+    shown_text = "\n".join(part.body[: each + 1] for part in parts)
+    cited = cited_steps(shown_text, len(steps))[:SOURCES_SHOWN]
     sources = tuple(source_line(n, steps[n - 1], markup) for n in cited)
     return Shown(tuple(shown), sources, shortened, len(text))
