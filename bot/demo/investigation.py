@@ -41,6 +41,8 @@ _DATABASE_WORDS = re.compile(r"\b(database|db|payments)\b", re.IGNORECASE)
 _CORRECTION = re.compile(r"^\[Correction from (?P<who>[^,\]]+)[^\]]*\]\s*")
 _FRAMED = re.compile(r'<tool_output tool="[^"]*">\n(?P<body>.*)\n</tool_output>\s*\Z', re.DOTALL)
 """A result as `agent_core.tools._hygiene` frames it; the script reads what is inside."""
+_STEP_LABEL = re.compile(r"\n\[step \d+\]\s*\Z")
+"""The runtime's last line on every result it sends (`[step 3]`); the script reads past it."""
 
 Wire = Mapping[str, Any]
 
@@ -164,6 +166,7 @@ def _final_answer(results: Sequence[tuple[str, str]], base: str) -> str:
 
 
 def _note(findings: _Findings, path: str, content: str) -> None:
+    content = _STEP_LABEL.sub("", content)
     framed = _FRAMED.search(content)
     status, _, body = (framed["body"] if framed else content).partition("\n")
     if not status.startswith("HTTP "):
