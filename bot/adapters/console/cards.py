@@ -115,7 +115,7 @@ class ConsoleCards:
             "thread": thread,
             "message_id": message_id,
             "card": card.to_json(),
-            "text": render_console(card),
+            "text": await asyncio.to_thread(render_console, card),  # an answer can be 40 KB
         }
         fields = [item for pair in entry.items() for item in pair]
         with map_console_errors():

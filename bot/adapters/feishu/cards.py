@@ -122,10 +122,11 @@ class FeishuCards:
         Raises:
             PlatformError: One of its subclasses; `CardGone` if the root message was recalled.
         """
+        content = await asyncio.to_thread(_content, card)  # an answer can be 40 KB
         body = (
             ReplyMessageRequestBody.builder()
             .msg_type("interactive")
-            .content(_content(card))
+            .content(content)
             .reply_in_thread(self._reply_in_thread)
             .build()
         )
@@ -142,7 +143,8 @@ class FeishuCards:
         Raises:
             PlatformError: One of its subclasses; `CardGone` if the card was recalled.
         """
-        body = PatchMessageRequestBody.builder().content(_content(card)).build()
+        content = await asyncio.to_thread(_content, card)
+        body = PatchMessageRequestBody.builder().content(content).build()
         request = (
             PatchMessageRequest.builder().message_id(ref.message_id).request_body(body).build()
         )

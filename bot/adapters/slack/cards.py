@@ -102,12 +102,13 @@ class SlackCards:
         Raises:
             PlatformError: One of its subclasses, from `map_slack_errors()`.
         """
+        blocks = await asyncio.to_thread(render_slack, card)  # an answer can be 40 KB
         with map_slack_errors():
             async with asyncio.timeout(self._timeout_s):
                 response = await self._client.chat_postMessage(
                     channel=target.channel,
                     thread_ts=target.thread,
-                    blocks=render_slack(card),
+                    blocks=blocks,
                     text=slack_text(card),
                 )
         return CardRef(platform=Platform.SLACK, channel=target.channel, message_id=_ts(response))
@@ -118,12 +119,13 @@ class SlackCards:
         Raises:
             PlatformError: One of its subclasses; `CardGone` if the message was deleted.
         """
+        blocks = await asyncio.to_thread(render_slack, card)
         with map_slack_errors():
             async with asyncio.timeout(self._timeout_s):
                 await self._client.chat_update(
                     channel=ref.channel,
                     ts=ref.message_id,
-                    blocks=render_slack(card),
+                    blocks=blocks,
                     text=slack_text(card),
                 )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -417,3 +418,44 @@ async def test_cancellation_is_never_mapped(
             await pending
         # lark-oapi's worker thread is still waiting; release it rather than its timeout.
         api.reset()
+
+
+# --- rendering off the event loop ----------------------------------------------------------------
+
+HOSTILE_FINAL = FINAL.evolve(answer="[1," * 14_000)
+"""A 42 KB answer of citation openings: tens of milliseconds to render, which the loop never
+waits out."""
+
+
+@pytest.mark.parametrize("platform", ["slack", "feishu"])
+async def test_a_card_renders_off_the_event_loop(
+    platform: str,
+    slack_api: FakeSlackAPI,
+    feishu_api: FakeFeishuAPI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+    module = f"bot.adapters.{platform}.cards"
+    real = render_slack if platform == "slack" else render_feishu
+
+    def spy(card: ProgressCard) -> Any:
+        threads.append(threading.get_ident())
+        return real(card)
+
+    monkeypatch.setattr(f"{module}.render_{platform}", spy)
+    if platform == "slack":
+        slack = _slack(slack_api)
+        ref = await slack.post_card(_slack_target(), LIVE)
+        await slack.update_card(ref, HOSTILE_FINAL)
+        shown = json.dumps(slack_api.message(SLACK_CHANNEL_ID, ref.message_id))
+    else:
+        feishu_api.add_message(ROOT, text="@chatops checkout returns 500")
+        feishu = _feishu(feishu_api)
+        ref = await feishu.post_card(_feishu_target(), LIVE)
+        await feishu.update_card(ref, HOSTILE_FINAL)
+        shown = json.dumps(feishu_api.message(ref.message_id))
+
+    assert len(threads) == 2, "the post and the update each render once"
+    assert loop_thread not in threads, "no card is rendered on the event loop's thread"
+    assert "[1," in shown, "the hostile answer is still shown (cut), as text"
