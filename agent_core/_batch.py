@@ -59,10 +59,14 @@ def parse_arguments(call: ToolCall, toolset: Toolset) -> Mapping[str, Any]:
         args = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as exc:
         raise ToolFailed(f"arguments are not valid JSON ({exc.msg} at {exc.pos})") from exc
+    except RecursionError as exc:  # the model's JSON nests past what the decoder recurses
+        raise ToolFailed("arguments nest too deeply to read") from exc
     if not isinstance(args, dict):
         raise ToolFailed("arguments must be a JSON object")
     try:
         toolset.check_arguments(call.name, args)
+    except RecursionError as exc:  # nesting the decoder took, past what the schema check can
+        raise ToolFailed("arguments nest too deeply to check") from exc
     except ToolFailed as exc:
         quoted = quote_untrusted(call.name, str(exc), kind=QuoteKind.TOOL_ERROR)
         detail = f"invalid arguments for {call.name}; the details quote them.\n{quoted}"

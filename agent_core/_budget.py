@@ -57,7 +57,7 @@ def _identity(call: ToolCall) -> str:
     """The same tool with the same arguments, however the JSON was spaced or ordered."""
     try:
         args = json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: absurd nesting
         args = call.arguments
     return f"{call.name}\x1f{args}"
 

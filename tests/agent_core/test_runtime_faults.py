@@ -22,7 +22,9 @@ from agent_core import (
     ControlPlane,
     Drained,
     Failed,
+    IntentCheck,
     Interruptibility,
+    LoopLimits,
     Message,
     ModelResponse,
     OpenAIChatModel,
@@ -257,3 +259,37 @@ async def test_a_stream_cut_before_it_finished_is_never_persisted(
     assert isinstance(outcome.result, Failed)
     assert "ended before the response was complete" in outcome.result.error
     assert [m.role for m in await runtime.store.load("s")] == ["user"]
+
+
+@pytest.mark.parametrize("mode", [IntentCheck.OFF, IntentCheck.ALWAYS])
+@pytest.mark.parametrize("depth", [200_000, 5_000])
+async def test_arguments_nested_absurdly_deep_are_a_tool_error_not_a_failed_turn(
+    redis_client: aioredis.Redis, mode: IntentCheck, depth: int
+) -> None:
+    """Deeper than the JSON decoder recurses: answered as the call's error, the turn goes on."""
+    ran: list[Mapping[str, Any]] = []
+
+    async def query(args: Mapping[str, Any], ctx: Any) -> str:
+        ran.append(args)
+        return "ok"
+
+    tool = Tool(name="db_query", description="q", parameters={"type": "object"}, handler=query)
+    deep = '{"a":' + "[" * depth + "]" * depth + "}"
+    model = ScriptedModel([calls(("db_query", deep)), text("done")])
+    runtime = Runtime(
+        model=model,
+        redis=redis_client,
+        toolset=Toolset.of([tool]),
+        limits=LoopLimits(intent_check=mode),
+    )
+    session = f"deep-{mode}-{depth}"
+    outcome = await runtime.run(
+        TurnRequest(session_id=session, turn_id="t1", inputs=(UserMessage(content="go"),))
+    )
+
+    assert isinstance(outcome.result, Completed), outcome.result
+    history = await runtime.store.load(session)
+    validate_history(history)
+    answers = [m for m in history if isinstance(m, ToolMessage)]
+    assert len(answers) == 1 and "nest too deeply" in answers[0].content
+    assert not ran, "a call whose arguments cannot be read never runs"
