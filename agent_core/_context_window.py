@@ -21,9 +21,11 @@ Contract (docs/design.md §Context window):
   a request costs what its new messages cost, not the whole history. The frontier only moves
   forward, by half the window when it moves, and a summary is kept until the frontier passes
   it: a summary is written again only once the room it made is used up, then from the previous
-  summary and the messages it newly covers, never the whole history. A history that is not a
-  continuation of the one seen (a new turn read anew, a repair) is estimated once again; its
-  frontier and summary are kept when the message they end at is still there.
+  summary and the messages it newly covers, never the whole history. A summary request that
+  fails (`ModelError`) leaves a note in this request only, never kept: the next request asks
+  for the summary again, and the note is never the previous summary of one. A history that
+  is not a continuation of the one seen (a new turn read anew, a repair) is estimated once
+  again; its frontier and summary are kept when the message they end at is still there.
 
 `prepare` is the one async step (the summary request, `agent_core._context_summary`, made by
 the caller's `Summarize`); everything else is pure arithmetic on the cached sums.
@@ -241,14 +243,15 @@ class ContextWindow:
         tokens = int((self._window - self._reserve) * harder)
         budget = max(0, self.calibration.estimate(tokens) - fixed)
         plan = _plan(state, history, budget)
+        kept = state.summary
+        written = True
         if plan.job is not None:
-            try:
-                text = await summarize(summary_request(plan.job))
-            except ModelError as exc:  # the analysis goes on without the summary, never fails
-                text = no_summary(str(exc), plan.job.covered)
+            text, written = await _write_summary(plan.job, summarize)
             _keep_summary(state, history, plan.job, text)
             plan = _plan(state, history, budget, summarise=False)
         sent, size, compacted = _build(state, history, plan, budget)
+        if not written:  # the note serves this request only: the next one tries again
+            state.summary = kept
         head = [system] if system else []
         return Prepared([*head, *sent], size + fixed, compacted)
 
@@ -338,6 +341,14 @@ def _summary_text(state: _Session) -> str:
     if state.summary is None:
         return ""
     return summary_body(state.summary.message)
+
+
+async def _write_summary(job: SummaryJob, summarize: Summarize) -> tuple[str, bool]:
+    """The summary's text and whether the model wrote it (else a note saying why not)."""
+    try:
+        return await summarize(summary_request(job)), True
+    except ModelError as exc:  # the analysis goes on without the summary, never fails
+        return no_summary(str(exc), job.covered), False
 
 
 def _keep_summary(state: _Session, history: Sequence[Message], job: SummaryJob, text: str) -> None:
