@@ -4,8 +4,11 @@ Contract:
 - `ThreadContext.read` reads the thread of a mention that is a reply (a mention that opens its
   thread has nothing before it), through the event's platform's `ThreadReader`, within
   `timeout_s`. Platforms without a reader (the console, sub-agents) have no context.
-- A read that fails (a `PlatformError`, or the timeout) never stops the analysis: it starts
-  without context, and `Context.note` says why, for the card.
+- A read that fails (a `PlatformError`, the timeout, or any other exception of the reader's,
+  logged with its traceback) never stops the analysis: it starts without context, and
+  `Context.note` says why, for the card. A cancellation is never caught.
+- An author's name is one line of at most `AUTHOR_CHARS` characters (its whitespace, line
+  breaks included, collapsed to single spaces), so a name cannot start an entry of its own.
 - `render_thread` bounds the text to `max_tokens` (`agent_core.estimate_tokens`, the framing
   counted): the root first, cut to fit if it must; then the most recent replies that fit, in
   order, under a line saying how many earlier replies were left out; then what the reader could
@@ -13,8 +16,8 @@ Contract:
 - The text is quoted through the one untrusted-data framing (`aquote_untrusted`, a
   `chat_message` block: other people's words, never instructions; a large text is scrubbed in
   a worker thread) and enters the history as a `UserKind.CONTEXT` message before the task. The
-  runbook URLs the thread names (an alert's `runbook_url`) follow the block, redacted, so the
-  model is offered them.
+  runbook URLs the thread names (an alert's `runbook_url`), redacted, are offered to the model
+  inside that block, before the messages (so a cut keeps them): they are the thread's words.
 """
 
 from __future__ import annotations
@@ -48,10 +51,11 @@ FRAME_TOKENS = 120
 """What the framing costs (the untrusted-data note, the block's tags, the lead-in)."""
 MAX_RUNBOOKS = 10
 """Runbook URLs offered at most."""
+AUTHOR_CHARS = 100
+"""An author's name is cut to this many characters."""
 _REASON_CHARS = 200
 _RUNBOOKS_LEAD = (
-    "Runbooks the thread's messages link to (URLs taken from the data above; read them with "
-    "your tools where they help):"
+    "Runbooks the thread's messages link to (read them with your tools where they help):"
 )
 
 
@@ -74,11 +78,16 @@ def _when(seconds: float) -> str:
         return "time unknown"
 
 
+def _author(name: str) -> str:
+    """`name` on one line: its whitespace runs as single spaces, cut to `AUTHOR_CHARS`."""
+    return " ".join(name[: AUTHOR_CHARS * 4].split())[:AUTHOR_CHARS].rstrip() or "someone"
+
+
 def _entry(message: ThreadMessage, text: str | None = None) -> str:
     kind = " (root)" if message.root else ""
     app = " (app)" if message.bot else ""
     body = message.text if text is None else text
-    return f"[{_when(message.sent_at)}] {message.author}{app}{kind}:\n{body}"
+    return f"[{_when(message.sent_at)}] {_author(message.author)}{app}{kind}:\n{body}"
 
 
 def _fitted_root(root: ThreadMessage, budget: int) -> tuple[str, int]:
@@ -105,11 +114,11 @@ def runbooks_of(messages: Sequence[ThreadMessage]) -> tuple[str, ...]:
 def _runbook_lines(runbooks: Sequence[str]) -> str:
     if not runbooks:
         return ""
-    return "\n" + _RUNBOOKS_LEAD + "".join(f"\n- {redact(url)}" for url in runbooks)
+    return _RUNBOOKS_LEAD + "".join(f"\n- {redact(url)}" for url in runbooks)
 
 
 def render_thread(thread: Thread, max_tokens: int) -> tuple[str, str]:
-    """The thread's text to quote and the runbook lines after it, within `max_tokens`.
+    """The thread's text and the runbook lines to quote with it, within `max_tokens`.
 
     Returns:
         ("", "") when there is nothing to say or no room at all.
@@ -173,11 +182,15 @@ class ThreadContext:
         except PlatformError as exc:
             log.warning("thread of %s not read: %s", event.session_id, exc)
             return Context(note=_without(str(exc)[:_REASON_CHARS]))
+        except Exception as exc:  # a reader's bug never blocks the analysis
+            log.warning("thread of %s not read", event.session_id, exc_info=True)
+            return Context(note=_without(f"the reader failed: {type(exc).__name__}"))
         text, runbooks = await asyncio.to_thread(render_thread, thread, self._max_tokens)
         if not text:
             return Context()
-        quoted = await aquote_untrusted("thread", text, kind=QuoteKind.CHAT_MESSAGE)
-        return Context(UserMessage(content=quoted + runbooks, kind=UserKind.CONTEXT))
+        whole = f"{runbooks}\n\n{text}" if runbooks else text
+        quoted = await aquote_untrusted("thread", whole, kind=QuoteKind.CHAT_MESSAGE)
+        return Context(UserMessage(content=quoted, kind=UserKind.CONTEXT))
 
 
 def _without(reason: str) -> str:

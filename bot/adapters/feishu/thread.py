@@ -15,7 +15,8 @@ Contract (`bot.publishing.thread_reader`):
   with its URL); other kinds are named (`[image]`). It is pure and bounded
   (`bot.adapters.message_text`); a `body.content` longer than `MAX_CONTENT_CHARS` is not parsed.
 - The synchronous lark-oapi client runs in a worker thread (as `bot.adapters.feishu.cards`),
-  parsing and extraction with it. Permissions: `im:message:readonly` (or `im:message`), and for
+  parsing and extraction with it, one request a thread call: a read cancelled (its timeout)
+  sends no further page. Permissions: `im:message:readonly` (or `im:message`), and for
   groups `im:message.group_msg` ("read all messages in groups"). Every failure is a
   `bot.errors.PlatformError`.
 """
@@ -163,7 +164,8 @@ def thread_message(
     if item.get("message_id") == event.message_id or (event.sent_at and sent_at > event.sent_at):
         return None
     text = message_text(item)
-    author = _clip(sender.get("sender_name")) or _clip(sender.get("id")) or "someone"
+    name = " ".join(_clip(sender.get("sender_name")).split())  # one line: no forged entries
+    author = name or " ".join(_clip(sender.get("id")).split()) or "someone"
     return ThreadMessage(
         author=author,
         sent_at=sent_at,
@@ -222,10 +224,26 @@ class FeishuThreads:
             PlatformError: Feishu refused (no permission, unknown message, …) or is unreachable.
         """
         with map_feishu_errors():
-            return await asyncio.to_thread(self._read, event)
+            root, thread_id = await asyncio.to_thread(self._root, event)
+            replies, not_read = await self._replies(thread_id, event) if thread_id else ([], "")
+        return Thread(tuple([root] if root else []) + tuple(replies), not_read)
 
-    def _read(self, event: ChatEvent) -> Thread:
-        """The read itself, in a worker thread."""
+    async def _replies(self, thread_id: Any, event: ChatEvent) -> tuple[list[ThreadMessage], str]:
+        """The thread's replies before the event, oldest first, from its newest pages.
+
+        Each page is a worker thread call of its own: a cancellation stops between pages.
+        """
+        newest: list[ThreadMessage] = []
+        token = ""
+        for _ in range(self._max_pages):
+            page, token = await asyncio.to_thread(self._page, thread_id, token, event)
+            newest.extend(page)
+            if not token:
+                return newest[::-1], ""
+        return newest[::-1], f"replies before the newest {self._max_pages * self._page_size:,}"
+
+    def _root(self, event: ChatEvent) -> tuple[ThreadMessage | None, Any]:
+        """The root as context and its thread's id (None: no thread yet), in a worker thread."""
         get = (
             GetMessageRequest.builder()
             .message_id(event.thread)
@@ -234,37 +252,35 @@ class FeishuThreads:
         found = _items(self._call(self._client.im.v1.message.get, get.build()))
         head = found[0] if found and isinstance(found[0], dict) else {}
         root = thread_message(head, app_id=self._app_id, event=event, root=True)
-        thread_id = head.get("thread_id")
-        replies, not_read = self._replies(thread_id, event) if thread_id else ([], "")
-        return Thread(tuple([root] if root else []) + tuple(replies), not_read)
+        return root, head.get("thread_id")
 
-    def _replies(self, thread_id: Any, event: ChatEvent) -> tuple[list[ThreadMessage], str]:
-        """The thread's replies before the event, oldest first, from its newest pages."""
-        newest: list[ThreadMessage] = []
-        token = ""
-        for _ in range(self._max_pages):
-            builder = (
-                ListMessageRequest.builder()
-                .container_id_type("thread")
-                .container_id(str(thread_id))
-                .sort_type("ByCreateTimeDesc")
-                .page_size(self._page_size)
-                .card_msg_content_type("user_card_content")
-            )
-            if token:
-                builder = builder.page_token(token)
-            body = self._call(self._client.im.v1.message.list, builder.build())
-            for item in _items(body):
-                if isinstance(item, dict) and item.get("message_id") == event.thread:
-                    continue  # the root, read already
-                message = thread_message(item, app_id=self._app_id, event=event)
-                if message is not None:
-                    newest.append(message)
-            data = _dict(body.get("data"))
-            token = str(data.get("page_token") or "") if data.get("has_more") else ""
-            if not token:
-                return newest[::-1], ""
-        return newest[::-1], f"replies before the newest {self._max_pages * self._page_size:,}"
+    def _page(
+        self, thread_id: Any, token: str, event: ChatEvent
+    ) -> tuple[list[ThreadMessage], str]:
+        """One page of the list, newest first, and the next page's token ("": the last one).
+
+        In a worker thread.
+        """
+        builder = (
+            ListMessageRequest.builder()
+            .container_id_type("thread")
+            .container_id(str(thread_id))
+            .sort_type("ByCreateTimeDesc")
+            .page_size(self._page_size)
+            .card_msg_content_type("user_card_content")
+        )
+        if token:
+            builder = builder.page_token(token)
+        body = self._call(self._client.im.v1.message.list, builder.build())
+        page: list[ThreadMessage] = []
+        for item in _items(body):
+            if isinstance(item, dict) and item.get("message_id") == event.thread:
+                continue  # the root, read already
+            message = thread_message(item, app_id=self._app_id, event=event)
+            if message is not None:
+                page.append(message)
+        data = _dict(body.get("data"))
+        return page, str(data.get("page_token") or "") if data.get("has_more") else ""
 
     def _call(self, method: Callable[[Any], Any], request: Any) -> dict[str, Any]:
         """One typed call, its answer checked, its body as JSON (what the extraction reads)."""

@@ -81,6 +81,11 @@ def _clip(value: Any) -> str:
     return value[:_LABEL_CHARS] if isinstance(value, str) else ""
 
 
+def _one_line(value: Any) -> str:
+    """A name on one line: its whitespace runs (line breaks too) as single spaces, clipped."""
+    return " ".join(_clip(value).split())
+
+
 def _link(lines: Lines, label: Any, url: Any) -> None:
     """One line: a button's or a title's label, then its URL."""
     if isinstance(url, str) and url:
@@ -194,8 +199,8 @@ def _author(message: Mapping[str, Any]) -> tuple[str, str]:
         profile = message.get("bot_profile")
         name = profile.get("name") if isinstance(profile, dict) else None
         for candidate in (name, message.get("username"), message.get("bot_id")):
-            if isinstance(candidate, str) and candidate:
-                return _clip(candidate), ""
+            if isinstance(candidate, str) and candidate.strip():
+                return _one_line(candidate), ""
         return "an app", ""
     user = _clip(message.get("user")) or "someone"
     return user, user
@@ -349,6 +354,6 @@ class SlackThreads:
             profile.get("real_name") if isinstance(profile, dict) else None,
             found.get("name") if isinstance(found, dict) else None,
         ):
-            if isinstance(candidate, str) and candidate:
-                self._names[user] = _clip(candidate)
+            if isinstance(candidate, str) and candidate.strip():
+                self._names[user] = _one_line(candidate)
                 return

@@ -8,6 +8,8 @@ lark-oapi, and the assertions read what came back and what the fakes recorded.
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -15,11 +17,12 @@ from pydantic import SecretStr
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.adapters.slack.thread import SlackThreads
+from bot.analysis.thread_context import ThreadContext
 from bot.errors import PlatformRejected
 from bot.events import ChatEvent, Platform
 from bot.settings import Settings
 from tests.fakes import signing as sg
-from tests.fakes.feishu_api import SCOPE_MISSING, FakeFeishuAPI, feishu_error
+from tests.fakes.feishu_api import SCOPE_MISSING, FakeFeishuAPI, feishu_error, slow
 from tests.fakes.slack_api import FakeSlackAPI, slack_error
 
 CHANNEL = sg.SLACK_CHANNEL_ID
@@ -192,3 +195,24 @@ async def test_feishu_refusals_are_platform_errors(feishu_api: FakeFeishuAPI) ->
 
     with pytest.raises(PlatformRejected, match=str(SCOPE_MISSING)):
         await feishu_reader(feishu_api).read(feishu_mention())
+
+
+async def test_feishu_read_past_its_timeout_sends_no_further_page(
+    feishu_api: FakeFeishuAPI,
+) -> None:
+    seed(feishu_api, 6)
+    feishu_api.script("im.v1.message.list", slow(30))  # the first page is answered late
+    reader = feishu_reader(feishu_api, page_size=1, max_pages=5)
+    loop = asyncio.get_running_loop()
+    workers = ThreadPoolExecutor()  # the read's worker threads, to wait for them to end
+    loop.set_default_executor(workers)
+
+    context = await ThreadContext({Platform.FEISHU: reader}, timeout_s=1.0).read(feishu_mention())
+    assert "took over 1 s" in context.note
+    sent = len(feishu_api.calls_to("im.v1.message.list"))
+    loop.set_default_executor(ThreadPoolExecutor())
+    feishu_api.reset()  # the late page is answered now; its calls are forgotten
+    await asyncio.to_thread(workers.shutdown, wait=True)
+
+    assert sent <= 1
+    assert feishu_api.calls_to("im.v1.message.list") == []  # no page after the timeout

@@ -143,7 +143,9 @@ async def test_slack_first_request_carries_the_alert_and_the_replies_in_order(
     assert context.index("CheckoutHighLatency") < alice < bob
     assert context.index("restarted checkout-api-7f9") < context.index("db looks fine")
     assert "<chat_message" in context and "untrusted data" in context
-    assert context.rstrip().endswith(f"- {RUNBOOK}")
+    # The runbook is offered inside the one untrusted block, never after it.
+    assert context.rstrip().endswith("</chat_message>") and context.count("</chat_message>") == 1
+    assert context.index("<chat_message") < context.index(f"- {RUNBOOK}\n") < alice
     # None of the bot's own posts: its earlier card, nor this analysis's.
     assert CARD_TEXT not in context and "Investigating" not in context
     # The other bot's message during the analysis steered nothing.
@@ -327,7 +329,9 @@ async def test_feishu_first_request_carries_the_alert_card_and_the_replies_in_or
     assert context.index("Grafana Alerts") < context.index("Alice") < context.index("Bob")
     assert context.index("restarted checkout-api-7f9") < context.index("db looks fine")
     assert CARD_TEXT not in context
-    assert context.rstrip().endswith(f"- {RUNBOOK}")
+    assert context.rstrip().endswith("</chat_message>") and context.count("</chat_message>") == 1
+    assert context.index("<chat_message") < context.index(f"- {RUNBOOK}\n")
+    assert context.index(f"- {RUNBOOK}\n") < context.index("Grafana Alerts")
     (listed,) = {c.query["container_id_type"] for c in feishu_api.calls_to("im.v1.message.list")}
     assert listed == "thread"
 
