@@ -87,7 +87,9 @@ def _entry(message: ThreadMessage, text: str | None = None) -> str:
     kind = " (root)" if message.root else ""
     app = " (app)" if message.bot else ""
     body = message.text if text is None else text
-    return f"[{_when(message.sent_at)}] {_author(message.author)}{app}{kind}:\n{body}"
+    # Each body line indented: only a header starts a line, so no text can forge an entry.
+    indented = "\n".join(f"  {line}" for line in body.splitlines())
+    return f"[{_when(message.sent_at)}] {_author(message.author)}{app}{kind}:\n{indented}"
 
 
 def _fitted_root(root: ThreadMessage, budget: int) -> tuple[str, int]:
@@ -136,7 +138,7 @@ def render_thread(thread: Thread, max_tokens: int) -> tuple[str, str]:
     kept: list[str] = []
     for reply in reversed(replies):
         entry = _entry(reply)
-        cost = estimate_tokens(entry)
+        cost = estimate_tokens(entry) + 1  # and the blank line before it
         if used + cost > budget:
             break
         kept.append(entry)
