@@ -76,9 +76,10 @@ async def test_c1_one_placeholder_updates_coalesced_final_answered(
 async def test_c2_an_error_in_the_agent_fails_the_card_with_a_short_reason(
     bot, fake_llm, slack_api
 ) -> None:
-    fake_llm.script(
-        fp.ErrorReply(400, "This model's maximum context length is 8192 tokens.", param="messages")
+    too_long = fp.ErrorReply(
+        400, "This model's maximum context length is 8192 tokens.", param="messages"
     )
+    fake_llm.script(too_long, too_long)  # the one retry, compacted harder, is refused too
     thread = sg.slack_ts()
     worker = await bot.start_worker()
     await bot.post(sg.slack_app_mention(ts=thread))
