@@ -95,8 +95,9 @@ async def test_the_summary_reaches_the_model_inside_an_untrusted_block() -> None
     assert summary.author == "chatops" and summary.kind is UserKind.NOTICE
     header, note, opening, rest = summary.content.split("\n", 3)
     assert header.startswith("[Summary of") and "untrusted" in note
-    assert opening.startswith("<subagent_report ")
-    assert rest == "summary 1: checked the page, nothing found\n</subagent_report>"
+    assert "summary the model wrote of earlier turns" in note and "sub-agent" not in note
+    assert opening.startswith("<context_summary ")
+    assert rest == "summary 1: checked the page, nothing found\n</context_summary>"
 
 
 async def test_a_failed_summary_is_not_kept_and_the_next_request_writes_it() -> None:

@@ -30,7 +30,7 @@ from agent_core._untrusted import (
 SECRET = "xoxb-" + "1111111111-2222222222-" + "SecretSecretSecret"
 _ANY_MARKER = re.compile(
     r"<[\s/\\\u200b-\u200f\u2060\ufeff]*"
-    r"(tool_output|tool_error|subagent_report|subagent_message|chat_message)",
+    r"(tool_output|tool_error|subagent_report|subagent_message|chat_message|context_summary)",
     re.IGNORECASE,
 )
 """Any spelling of any frame's marker, as a model might read it (written for the tests)."""

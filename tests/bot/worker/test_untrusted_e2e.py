@@ -34,7 +34,7 @@ MCP_SERVER = TESTS / "fakes" / "mcp_server.py"
 PARENT_TASK = "why is checkout returning 500s?"
 _ANY_MARKER = re.compile(
     r"<[\s/\\\u200b-\u200f\u2060\ufeff]*"
-    r"(tool_output|tool_error|subagent_report|subagent_message|chat_message)",
+    r"(tool_output|tool_error|subagent_report|subagent_message|chat_message|context_summary)",
     re.IGNORECASE,
 )
 """Any spelling of any frame's marker, as a model might read it (written for the tests)."""
