@@ -22,7 +22,10 @@ Contract:
   each search or read, the folder is scanned again (in a thread: names, sizes, mtimes and
   inodes, `_runbook_folder.Scan`); when the scan differs, the index is rebuilt in a thread,
   once for all the calls that saw the same change (they wait on one lock, then find it built).
-  A replaced index is closed once the query running on it ends.
+  The rebuild is the library's own task (`asyncio.shield`ed): a call cancelled while waiting
+  for it raises `CancelledError` and leaves it running, and the next call uses what it built,
+  so a stop neither rebuilds nor leaks an index. A replaced index is closed once the query
+  running on it ends; one finished after `close` is closed at once.
 - **Bounds.** What is indexed and read is bounded by `RunbookLimits` (files, bytes per file and
   in all, bytes per read); answers say what was left out or cut. Measured at the bounds (500
   runbooks of 32 KiB, 16 MiB): a build takes 2.8 s of CPU, under `TIMEOUT_S`; a scan of the
@@ -184,6 +187,9 @@ class RunbookLibrary:
     def __init__(self, root: str, index: _Index, limits: RunbookLimits) -> None:
         self._root, self._index, self._limits = root, index, limits
         self._rebuild = asyncio.Lock()
+        self._building: asyncio.Task[None] | None = None
+        """The rebuild under way, owned here so a cancelled caller leaves it to the next."""
+        self._closed = False
         self.builds = 1
         """Indexes built so far (the first one included)."""
 
@@ -234,7 +240,8 @@ class RunbookLibrary:
         return text
 
     def close(self) -> None:
-        """Close the index (blocks until a query running on it ends)."""
+        """Close the index (blocks until a query running on it ends), and the one being built."""
+        self._closed = True  # a rebuild under way closes its index when it ends
         self._index.close()
 
     async def _fresh(self) -> _Index:
@@ -243,12 +250,24 @@ class RunbookLibrary:
         if scan == self._index.scan:
             return self._index
         async with self._rebuild:
-            if scan != self._index.scan:  # not rebuilt by a call that waited first
-                fresh = await asyncio.to_thread(_Index, scan, self._limits)
-                stale, self._index = self._index, fresh
-                self.builds += 1
-                await asyncio.to_thread(stale.close)
+            while scan != self._index.scan and not self._closed:  # not rebuilt by a waiter
+                if self._building is None:  # else one a cancelled call left: its scan first
+                    self._building = asyncio.create_task(self._replace(scan))
+                await asyncio.shield(self._building)  # a cancel stops the wait, not the build
         return self._index
+
+    async def _replace(self, scan: Scan) -> None:
+        """Build `scan`'s index in a thread and put it in place of the current one."""
+        try:
+            fresh = await asyncio.to_thread(_Index, scan, self._limits)
+            if self._closed:
+                fresh.close()  # no query has seen it
+                return
+            stale, self._index = self._index, fresh
+            self.builds += 1
+            await asyncio.to_thread(stale.close)
+        finally:
+            self._building = None
 
 
 def _build(root: str, limits: RunbookLimits) -> _Index:

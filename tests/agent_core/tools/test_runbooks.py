@@ -15,8 +15,10 @@ import asyncio
 import os
 import re
 import shutil
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -29,8 +31,10 @@ from agent_core.tools import (
     RunbookLibrary,
     RunbookLimits,
     Toolset,
+    _runbooks,
     runbook_tools,
 )
+from agent_core.tools._runbook_folder import Scan
 from tests.paths import TESTS
 from tests.tool_context import Ctx
 
@@ -226,6 +230,53 @@ async def test_concurrent_searches_after_a_change_share_one_rebuild(tools, folde
     )
     assert [ranked(output) for output in outputs] == [["kafka-consumer-lag.md"]] * 8
     assert library.builds == 2
+
+
+class HeldIndex(_runbooks._Index):
+    """An index whose build waits for `release`, counting builds started and indexes open."""
+
+    started: ClassVar[threading.Event] = threading.Event()
+    release: ClassVar[threading.Event] = threading.Event()
+    built: ClassVar[int] = 0
+    live: ClassVar[set[int]] = set()
+
+    def __init__(self, scan: Scan, limits: RunbookLimits) -> None:
+        HeldIndex.built += 1
+        HeldIndex.started.set()
+        assert HeldIndex.release.wait(timeout=60)  # a guard against a hang, not a measure
+        super().__init__(scan, limits)
+        HeldIndex.live.add(id(self))
+
+    def close(self) -> None:
+        super().close()
+        HeldIndex.live.discard(id(self))
+
+
+async def test_a_search_cancelled_during_a_rebuild_leaves_the_index_to_the_next(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library, toolset = await open_tools(folder)
+    monkeypatch.setattr(HeldIndex, "started", threading.Event())
+    monkeypatch.setattr(HeldIndex, "release", threading.Event())
+    monkeypatch.setattr(HeldIndex, "built", 0)
+    monkeypatch.setattr(HeldIndex, "live", set())
+    monkeypatch.setattr(_runbooks, "_Index", HeldIndex)
+    (folder / "kafka-consumer-lag.md").write_text("# Kafka consumer lag\n\nSee the wombat.\n")
+    try:
+        stopped = asyncio.create_task(call(toolset, SEARCH_RUNBOOKS, query="wombat"))
+        await asyncio.to_thread(HeldIndex.started.wait)
+        stopped.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopped
+        HeldIndex.release.set()
+        output = await call(toolset, SEARCH_RUNBOOKS, query="wombat")
+    finally:
+        HeldIndex.release.set()
+        library.close()
+
+    assert ranked(output) == ["kafka-consumer-lag.md"]
+    assert (HeldIndex.built, library.builds) == (1, 2)  # the cancelled call's build was used
+    assert not HeldIndex.live
 
 
 async def test_reading_a_runbook_by_name_without_md_and_by_runbook_url(tools) -> None:
