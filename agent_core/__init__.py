@@ -67,6 +67,7 @@ from agent_core._outcome import (
 )
 from agent_core._redaction import redact
 from agent_core._repair import RepairReport, repair_history
+from agent_core._step_labels import step_numbers
 from agent_core._store import TURN_KEY_TTL_S, Fence, HistoryStore, map_redis_errors
 from agent_core._tokens import estimate_tokens
 from agent_core._untrusted import QuoteKind, aquote_untrusted, neutralise_markers
@@ -194,5 +195,6 @@ __all__ = [
     "is_closed",
     "load_message",
     "repair_history",
+    "step_numbers",
     "validate_history",
 ]

@@ -37,7 +37,7 @@ from bot.analysis.card_factory import CardFactory
 from bot.analysis.outcomes import ChainEnd, FinalCard, HandedOver, Parked
 from bot.analysis.progress import CardTracker
 from bot.analysis.settlement import Settlement
-from bot.analysis.takeover import Takeover, continued_card
+from bot.analysis.takeover import Takeover
 from bot.analysis.turn_chain import Chain, TurnChain
 from bot.control.killswitch import KillSwitch
 from bot.events import Platform
@@ -184,7 +184,8 @@ class Actor:
         """The chain of `job`'s analysis, on the live card it continues or a new one."""
         record = self._cards.record(job.session_id)
         publisher = self._cards.publisher(job, lease, record)
-        card = await continued_card(record, job) or await self._cards.new_card(job)
+        continued = await self._parts.takeover.continued(record, job)
+        card = continued or await self._cards.new_card(job)
         return Chain(job, lease, CardTracker(card, publisher.show), job.turn_id), publisher
 
     async def _supervised(self, chain: Chain, publisher: CardPublisher) -> ChainEnd:

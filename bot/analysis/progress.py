@@ -12,7 +12,9 @@ per call of the analysis, in the order the runtime books them, which is the hist
 every call of a batch (run, refused by the budget, waiting for approval) is booked; a call
 booked again (a batch resumed after an approval, a drain or a worker's death, whose calls are
 on the card it continues) keeps its step, found by call id; follow-up turns, approvals and
-take-overs continue the same card and so the same count.
+take-overs continue the same card and so the same count. A continued card is first reconciled
+with the history (`reconciled`): its record is written only when an update is sent, so a worker
+that died can leave it without the last steps whose calls the history holds.
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from agent_core import Approval, RunEvent, ToolCall, ToolStatus, redact
+from agent_core import (
+    Approval,
+    AssistantMessage,
+    Message,
+    RunEvent,
+    ToolCall,
+    ToolMessage,
+    ToolStatus,
+    redact,
+    step_numbers,
+)
 from bot.control.approval_desk import approval_button_value
 from bot.control.subagents import ChildRecord
 from cards import (
@@ -36,7 +48,7 @@ from cards import (
     StepState,
 )
 
-__all__ = ["CardTracker", "summarize_args"]
+__all__ = ["CardTracker", "reconciled", "summarize_args"]
 
 ARG_SUMMARY_CHARS = 120
 
@@ -63,6 +75,40 @@ def summarize_args(call: ToolCall) -> str:
         text = str(args)
     text = redact(" ".join(text.split()))  # e.g. a URL with a password in it (A7)
     return text if len(text) <= ARG_SUMMARY_CHARS else text[: ARG_SUMMARY_CHARS - 1] + "…"
+
+
+def reconciled(card: ProgressCard, history: Sequence[Message]) -> ProgressCard:
+    """`card`, continued, with one step for each call of its analysis in `history` it lacks.
+
+    The steps become the analysis's calls in step order (`agent_core.step_numbers`), each step
+    the card had kept as it was, then the steps the history does not hold yet (a batch still
+    open). A step added is shown as its call ended (from its answer in the history). A card
+    stored before steps had call ids is returned as it is: its steps cannot be matched.
+    """
+    numbers = step_numbers(history)
+    shown = {step.call_id: step for step in card.steps}
+    if "" in shown or numbers.keys() <= shown.keys():
+        return card
+    calls = {
+        call.id: call
+        for message in history
+        if isinstance(message, AssistantMessage)
+        for call in message.tool_calls
+        if call.id in numbers
+    }
+    answers = {m.call_id: m.status for m in history if isinstance(m, ToolMessage)}
+    steps = [
+        shown.get(call.id) or _ended_step(call, answers.get(call.id, ToolStatus.OK))
+        for call in sorted(calls.values(), key=lambda call: numbers[call.id])
+    ]
+    steps += [step for step in card.steps if step.call_id not in numbers]
+    return card.evolve(steps=tuple(steps))
+
+
+def _ended_step(call: ToolCall, status: ToolStatus) -> CardStep:
+    """The step of a call the history holds answered, as the tracker would have shown it."""
+    state = _STEP_STATE[status]
+    return CardStep(tool=call.name, args=summarize_args(call), state=state, call_id=call.id)
 
 
 @dataclass(eq=False)

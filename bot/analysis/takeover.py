@@ -4,7 +4,9 @@ A job reaches a second worker when its first worker drained (a resume job) or di
 entry taken over). The analysis then continues on the card it already has, and an analysis that
 had in fact ended (its worker died between its last settle and its final card) is not run
 again: its card is finished from the books (the last settle's reason) and the history (the last
-answer).
+answer). The card it continues is reconciled with the history first (`Takeover.continued`):
+its record is written only when an update is sent, so it can lack the last steps whose calls the
+history holds, and every later step would be numbered short of the step the model reads.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from agent_core import AssistantMessage, HistoryStore, SettleReason, SettleRecord, map_redis_errors
+from bot.analysis.progress import reconciled
 from bot.keys import BotKeys
 from bot.publishing.card_record import CardRecord
 from bot.state.settle import SettleWriter
@@ -88,13 +91,24 @@ class Takeover:
             still_open = await self._redis.smembers(self._keys.open_turns(session))
         if any(analysis_of(_text(t)) == analysis_of(job.turn_id) for t in still_open):
             return False, None
-        card = await continued_card(record, job)
+        card = await self.continued(record, job)
         if card is None or last is None:
             return True, None
         final = card.ended(_STATUS_OF.get(last.reason, CardStatus.FAILED), error=last.error)
         if last.reason is SettleReason.COMPLETED:
             final = final.evolve(answer=await self._last_answer(session))
         return True, final
+
+    async def continued(self, record: CardRecord, job: TurnJob) -> ProgressCard | None:
+        """The live card this job continues (`continued_card`), with every step of its history.
+
+        Its steps are the analysis's calls in the session's history, in step order, then any
+        the history does not hold yet (`bot.analysis.progress.reconciled`).
+        """
+        card = await continued_card(record, job)
+        if card is None:
+            return None
+        return reconciled(card, await self._store.load(job.session_id))
 
     async def _last_settle(self, job: TurnJob) -> SettleRecord | None:
         """The latest settle of the analysis (its own turn, or a later one)."""
