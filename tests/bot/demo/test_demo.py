@@ -13,8 +13,10 @@ import asyncio
 import os
 import pty
 import re
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,10 +86,25 @@ class Terminal:
         return after + found.end()
 
     def close(self) -> int:
+        """Type `/quit`, then read the screen until the console exits; kill it past the timeout.
+
+        The screen is read meanwhile: a console whose redraws fill the terminal's buffer blocks
+        on its write and would never read the `/quit`.
+        """
         self.type("/quit")
+        deadline = time.monotonic() + SCREEN_TIMEOUT_S
         try:
-            return self.proc.wait(60)
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                if select.select([self._main], [], [], 0.2)[0]:
+                    try:
+                        self.screen += os.read(self._main, 65536).decode(errors="replace")
+                    except OSError:  # EIO: the console closed its side of the terminal
+                        break
+            return self.proc.wait(5)
         finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
             os.close(self._main)
 
 
