@@ -40,7 +40,19 @@ __all__ = [
     "refusal_reason",
     "resolve_target",
     "system_resolver",
+    "url_argument",
 ]
+
+
+def url_argument() -> dict[str, Any]:
+    """The argument schema of a tool that takes one URL to a checked address (a fresh copy)."""
+    return {
+        "type": "object",
+        "properties": {"url": {"type": "string", "description": "http:// or https:// URL"}},
+        "required": ["url"],
+        "additionalProperties": False,
+    }
+
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -33,6 +33,7 @@ from agent_core.tools._address_policy import (
     Target,
     resolve_target,
     system_resolver,
+    url_argument,
 )
 from agent_core.tools._base import Interruptibility, RetryPolicy, Risk, Tool, ToolContext
 from agent_core.tools._bounded_body import ACCEPT_ENCODING, Body, BodyError, BodyLimit, read_body
@@ -96,12 +97,7 @@ def http_get_tool(
             "Fetch a URL with HTTP GET (read-only) and return the status line and body. "
             "Only allowlisted hosts can be reached."
         ),
-        parameters={
-            "type": "object",
-            "properties": {"url": {"type": "string", "description": "http:// or https:// URL"}},
-            "required": ["url"],
-            "additionalProperties": False,
-        },
+        parameters=url_argument(),
         handler=handler,
         interruptibility=Interruptibility.ABORTABLE,
         timeout_s=TIMEOUT_S,

@@ -36,6 +36,7 @@ from agent_core.tools._address_policy import (
     Target,
     resolve_target,
     system_resolver,
+    url_argument,
 )
 from agent_core.tools._base import Interruptibility, Risk, Tool, ToolContext
 
@@ -81,12 +82,7 @@ def http_probe_tool(
             "certificate's expiry, subject and issuer, or why verification failed. "
             "Only allowlisted hosts can be reached."
         ),
-        parameters={
-            "type": "object",
-            "properties": {"url": {"type": "string", "description": "http:// or https:// URL"}},
-            "required": ["url"],
-            "additionalProperties": False,
-        },
+        parameters=url_argument(),
         handler=handler,
         interruptibility=Interruptibility.ABORTABLE,
         timeout_s=TIMEOUT_S,
