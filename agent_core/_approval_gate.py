@@ -28,8 +28,7 @@ from agent_core._approvals import (
     arguments_digest,
     closing_answer,
 )
-from agent_core._batch import needs_approval, parse_arguments
-from agent_core._errors import ToolFailed
+from agent_core._batch import needs_approval, would_run
 from agent_core._events import EventSource, FunctionCallPart, RunEvent
 from agent_core._intent_check import IntentChecker
 from agent_core._messages import AssistantMessage, ToolCall, ToolMessage, ToolStatus
@@ -37,7 +36,7 @@ from agent_core._outcome import Awaiting, RunResult, Steered, Stopped
 from agent_core._resume import IN_DOUBT
 from agent_core._store import HistoryStore
 from agent_core._turn import TurnRun, tool_event
-from agent_core.tools._base import Risk, Toolset
+from agent_core.tools._base import Risk
 
 __all__ = ["ApprovalGate"]
 
@@ -85,11 +84,12 @@ class ApprovalGate:
     async def intent_held(self, run: TurnRun, calls: Sequence[ToolCall]) -> dict[str, str]:
         """Of `calls` (none waiting yet), those the intent check holds, each with its reason.
 
-        Only calls that would run are checked; none when the check is off or not due.
+        Only calls that would run are checked (the others are answered with their error);
+        none when the check is off or not due.
         """
         if self._intent is None:
             return {}
-        return await self._intent.held(run, [c for c in calls if _would_run(c, run.toolset)])
+        return await self._intent.held(run, [c for c in calls if would_run(c, run.toolset)])
 
     @staticmethod
     async def park(run: TurnRun, gated: set[str]) -> RunResult | None:
@@ -240,21 +240,6 @@ def _sort_suspended(
         else:
             to_run.append(call)
     return answered, to_run
-
-
-def _would_run(call: ToolCall, toolset: Toolset) -> bool:
-    """The call names an offered tool and its arguments fit.
-
-    Nobody is asked about the others: they are answered with their error (as `needs_approval`
-    leaves them).
-    """
-    if toolset.get(call.name) is None:
-        return False
-    try:
-        parse_arguments(call, toolset)
-    except ToolFailed:
-        return False
-    return True
 
 
 def _risk_of(run: TurnRun, call: ToolCall) -> Risk:

@@ -40,7 +40,7 @@ from agent_core._messages import ToolCall, ToolMessage, ToolStatus
 from agent_core._untrusted import QuoteKind, neutralise_markers, quote_untrusted
 from agent_core.tools._base import Risk, Tool, ToolContext, Toolset
 
-__all__ = ["ResultSink", "needs_approval", "parse_arguments", "run_batch"]
+__all__ = ["ResultSink", "needs_approval", "parse_arguments", "run_batch", "would_run"]
 
 ResultSink = Callable[[ToolMessage], Awaitable[None]]
 
@@ -81,7 +81,12 @@ def needs_approval(call: ToolCall, toolset: Toolset) -> bool:
     error instead; nobody is asked to approve a call that cannot run.
     """
     tool = toolset.get(call.name)
-    if tool is None or tool.risk is Risk.READ_ONLY:
+    return tool is not None and tool.risk is not Risk.READ_ONLY and would_run(call, toolset)
+
+
+def would_run(call: ToolCall, toolset: Toolset) -> bool:
+    """Whether the call names an offered tool and its arguments fit (else it gets its error)."""
+    if toolset.get(call.name) is None:
         return False
     try:
         parse_arguments(call, toolset)
