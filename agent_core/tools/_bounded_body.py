@@ -74,18 +74,35 @@ class Body:
     """Bytes read off the wire."""
 
     def text(self, charset: str | None) -> str:
-        """The bytes as text in `charset` (UTF-8 if unknown), undecodable bytes replaced."""
-        try:
-            codecs.lookup(charset or "utf-8")
-        except LookupError:
-            charset = None
-        return self.data.decode(charset or "utf-8", errors="replace")
+        """The bytes as text in `charset` (UTF-8 if unknown), undecodable bytes replaced.
+
+        The charset is the server's word: only a text encoding decoded in linear time is
+        honoured. Python also names transforms (`rot13`, `base64`) and slow pure-Python codecs
+        (`punycode` is quadratic: a 1 MiB body would hold the event loop for seconds) as codecs.
+        """
+        return self.data.decode(_text_codec(charset), errors="replace")
 
     def notice(self) -> str:
         """The truncation notice, or "" when the body was read whole."""
         if not self.truncated:
             return ""
         return f"[truncated: read the first {len(self.data)} bytes of a longer body]"
+
+
+_SLOW_OR_SPECIAL_CODECS = frozenset(
+    {"punycode", "idna", "undefined", "raw-unicode-escape", "unicode-escape"}
+)
+"""Text codecs never honoured from a server's charset: pure-Python, quadratic or not a charset."""
+
+
+def _text_codec(charset: str | None) -> str:
+    """`charset` when it names a linear text encoding, else UTF-8."""
+    try:
+        info = codecs.lookup(charset or "utf-8")
+    except LookupError:
+        return "utf-8"
+    text = getattr(info, "_is_text_encoding", True)  # False for rot13, base64, zlib, hex
+    return info.name if text and info.name not in _SLOW_OR_SPECIAL_CODECS else "utf-8"
 
 
 class _Decoder(Protocol):

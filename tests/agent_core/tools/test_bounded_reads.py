@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from agent_core import HostAllowlist, ToolFailed, http_get_tool
-from agent_core.tools._bounded_body import ACCEPT_ENCODING, BodyLimit, read_body
+from agent_core.tools._bounded_body import ACCEPT_ENCODING, Body, BodyLimit, read_body
 from agent_core.tools._prometheus import prometheus_tool
 from tests.fakes.bomb_server import BombServer
 from tests.tool_context import Ctx
@@ -169,3 +169,25 @@ async def test_prometheus_reads_a_gzip_bomb_only_to_the_limit(bombs: BombServer)
         finally:
             tracemalloc.stop()
     assert peak < PEAK_BOUND
+
+
+@pytest.mark.parametrize(
+    ("charset", "shown"),
+    [
+        ("punycode", "-" + "a" * 4096),  # quadratic in pure Python: read as UTF-8 instead
+        ("idna", "-" + "a" * 4096),
+        ("rot13", "-" + "a" * 4096),  # a transform, not a charset
+        ("base64", "-" + "a" * 4096),
+        ("no-such-charset", "-" + "a" * 4096),
+        ("latin-1", "-" + "a" * 4096),
+    ],
+)
+def test_a_servers_charset_is_honoured_only_for_a_linear_text_encoding(
+    charset: str, shown: str
+) -> None:
+    body = Body(data=b"-" + b"a" * 4096, truncated=False, wire_bytes=4097)
+    assert body.text(charset) == shown
+    assert (
+        Body(data="café".encode("latin-1"), truncated=False, wire_bytes=4).text("ISO-8859-1")
+        == "café"
+    )
