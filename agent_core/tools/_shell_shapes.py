@@ -65,6 +65,8 @@ def sensitive_reason(path: str) -> str | None:
             return _SENSITIVE_PARTS[part]
     if len(parts) >= 4 and parts[1] == "proc" and parts[3] in _PROC_PRIVATE:
         return f"another process's private state (/proc/{parts[2]}/{parts[3]})"
+    if len(parts) >= 6 and parts[1] == "proc" and parts[3] == "task" and parts[5] in _PROC_PRIVATE:
+        return f"another process's private state (/proc/{parts[2]}/task/{parts[4]}/{parts[5]})"
     return None
 
 

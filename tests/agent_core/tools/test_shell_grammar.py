@@ -141,6 +141,8 @@ REFUSED = [
     ("kubeconfig-relative", "cat .kube/config", "a kubeconfig directory"),
     ("node-kubeconfig", "head /etc/kubernetes/admin.conf", "kubeconfigs and cluster keys"),
     ("proc-environ", "cat /proc/1/environ", "another process's private state"),
+    ("proc-task-environ", "cat /proc/1/task/1/environ", "another process's private state"),
+    ("proc-task-mem", "head /proc/self/task/7/mem", "another process's private state"),
     ("proc-root", "cat /proc/self/root/etc/shadow", "another process's private state"),
     ("shadow", "tail /etc/shadow", "the password hashes"),
     ("symlink-to-shadow", "cat {t}/innocent.log", "the password hashes"),
