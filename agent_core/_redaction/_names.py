@@ -79,6 +79,9 @@ def _name() -> str:
 NAME = _name()
 """A field name ending in a secret word (no groups)."""
 
-VALUE = r"""(?:"[^"\n]+"|'[^'\n]+'|\\"[^"\n]+\\"|[^\s"'`,;&}\\=][^\s"'`,;&}\\]*)"""
+VALUE = (
+    r"""(?:"[^"\n\x00]+"|'[^'\n\x00]+'"""
+    r"""|\\"[^"\n\x00]+\\"|[^\s"'`,;&}\\=\x00][^\s"'`,;&}\\\x00]*)"""
+)
 """A field's value: double- or single-quoted, quoted inside a JSON string, or bare up to a
-space, quote, `,`, `;`, `&` or `}`, and not starting with `=` (`x == y`) (no groups)."""
+space, NUL, quote, `,`, `;`, `&` or `}`, and not starting with `=` (`x == y`) (no groups)."""

@@ -110,3 +110,11 @@ def test_a_cards_tool_arguments_never_show_a_secret() -> None:
     )
     shown = summarize_args(call)
     assert "hunter2pass" not in shown and "db.internal" in shown
+
+
+def test_nul_separated_assignments_are_each_redacted() -> None:
+    """A process environment (/proc/<pid>/environ) separates its entries with NUL bytes."""
+    environ = "A=1\x00SLACK_BOT_TOKEN=xoxb-1234567890-abcdefghij\x00DB_PASSWORD=hunter2-victim\x00"
+    shown = redact(environ)
+    assert "hunter2" not in shown and "xoxb-1234567890" not in shown
+    assert shown.split("\x00")[0] == "A=1"
