@@ -22,6 +22,7 @@ does.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -45,8 +46,10 @@ __all__ = ["http_probe_tool"]
 TIMEOUT_S = 10.0
 """The tool's timeout in the batch."""
 PROBE_TIMEOUT_S = 8.0
-"""The request's own timeout: under the tool's, so a hung endpoint is reported by the probe
-("no answer within 8 s") instead of ending as a bare tool timeout."""
+"""The probe's own deadline, for the whole exchange up to the end of the headers: under the
+tool's, so a hung endpoint is reported by the probe ("no answer within 8 s") instead of ending as
+a bare tool timeout. httpx's timeouts are per read, so a server trickling its header a byte at a
+time never trips them; the deadline is an `asyncio.timeout` around the request as well."""
 EXPIRY_WARNING_DAYS = 14
 """A certificate expiring within this many days is flagged."""
 _MAX_CHAIN = 8
@@ -58,6 +61,7 @@ def http_probe_tool(
     *,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     resolver: Resolver = system_resolver,
+    probe_timeout_s: float = PROBE_TIMEOUT_S,
 ) -> Tool:
     """Build the `http_probe` tool over an injected HTTP client.
 
@@ -66,6 +70,7 @@ def http_probe_tool(
         client: Sends the probe; it must verify certificates (httpx does by default).
         clock: The time now, for the days a certificate has left.
         resolver: Resolves a host name to the addresses that are checked and connected to.
+        probe_timeout_s: The probe's own deadline (`PROBE_TIMEOUT_S`); under the tool's.
     """
 
     async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -73,7 +78,7 @@ def http_probe_tool(
         heading = f"GET {target.url}"
         if target.address != target.host:
             heading += f" at {target.address}"
-        return "\n".join([heading, *await _probe(client, target, clock())])
+        return "\n".join([heading, *await _probe(client, target, clock(), probe_timeout_s)])
 
     return Tool(
         name="http_probe",
@@ -91,17 +96,22 @@ def http_probe_tool(
     )
 
 
-async def _probe(client: httpx.AsyncClient, target: Target, now: datetime) -> list[str]:
+async def _probe(
+    client: httpx.AsyncClient, target: Target, now: datetime, deadline_s: float
+) -> list[str]:
     started = time.perf_counter()
     try:
-        async with client.stream(
-            "GET",
-            target.request_url,
-            headers=target.headers,
-            extensions=target.extensions,
-            timeout=PROBE_TIMEOUT_S,
-            follow_redirects=False,
-        ) as response:
+        async with (
+            asyncio.timeout(deadline_s),
+            client.stream(
+                "GET",
+                target.request_url,
+                headers=target.headers,
+                extensions=target.extensions,
+                timeout=deadline_s,
+                follow_redirects=False,
+            ) as response,
+        ):
             elapsed_ms = (time.perf_counter() - started) * 1000
             lines = [f"HTTP {response.status_code} {response.reason_phrase} in {elapsed_ms:.0f} ms"]
             if response.is_redirect:
@@ -112,7 +122,9 @@ async def _probe(client: httpx.AsyncClient, target: Target, now: datetime) -> li
     except httpx.ConnectError as exc:
         return [_connect_failure(exc)]
     except httpx.TimeoutException as exc:
-        return [f"no answer within {PROBE_TIMEOUT_S:g} s ({type(exc).__name__})"]
+        return [f"no answer within {deadline_s:g} s ({type(exc).__name__})"]
+    except TimeoutError:  # the deadline: the headers were still arriving (or not at all)
+        return [f"no answer within {deadline_s:g} s (the response headers did not complete)"]
     except httpx.HTTPError as exc:
         return [f"failed: {type(exc).__name__}: {exc}"]
 

@@ -228,3 +228,38 @@ async def test_through_the_runtime_an_expired_certificate_is_a_result(
     assert answer.content == (
         f"GET {base}/ok at 127.0.0.1\nTLS verification failed: certificate has expired"
     )
+
+
+async def test_a_header_trickled_a_byte_at_a_time_is_reported_at_the_probes_deadline() -> None:
+    # Each byte arrives well within httpx's per-read timeout, so only a deadline for the whole
+    # exchange ends it; without one the probe would hang until the batch's own timeout.
+    sent = 0
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await reader.readuntil(b"\r\n\r\n")
+        try:
+            for byte in b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"a" * 10_000:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                sent += 1
+                await asyncio.sleep(0.02)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    allow = HostAllowlist.parse(f"127.0.0.1:{port}")
+    try:
+        async with httpx.AsyncClient() as client:
+            tool = http_probe_tool(allow, client, probe_timeout_s=0.5)
+            async with asyncio.timeout(8):
+                lines = (
+                    await tool.handler({"url": f"http://127.0.0.1:{port}/"}, Ctx())
+                ).splitlines()
+    finally:
+        server.close()
+    assert lines[1] == "no answer within 0.5 s (the response headers did not complete)"
+    assert 0 < sent < 10_000
