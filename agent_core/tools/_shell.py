@@ -253,13 +253,18 @@ def shell_tool(
     """
     child_env = {"PATH": SAFE_PATH, **(env or {})}
 
+    def admit(command: str) -> list[str]:
+        argv = _split(command)
+        allowlist.check(parse_command(argv, allowlist.profiles, cwd=cwd), cwd)
+        return argv
+
     async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
         command = args.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ToolFailed("`command` must be a non-empty string")
-        argv = _split(command)
-        parsed = parse_command(argv, allowlist.profiles, cwd=cwd)
-        allowlist.check(parsed, cwd)
+        # Off the event loop: admitting a command resolves each path operand on the disk
+        # (`realpath`, a system call per component), a quarter second for a long command.
+        argv = await asyncio.to_thread(admit, command)
         return await _run(argv, timeout_s=timeout_s, cwd=cwd, env=child_env, limit=max_output_bytes)
 
     return Tool(

@@ -220,3 +220,29 @@ async def test_x4_truncation_kills_the_process_group(nap_bin: Path) -> None:
     out = await call
     assert out.startswith("stopped: output passed 4096 bytes\n")
     assert [await exited(pid) for pid in pids] == [True, True]
+
+
+async def test_a_commands_paths_are_resolved_off_the_event_loop(
+    tmp_path: Path, profiles: ShellProfiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Admitting a command resolves every path operand on the disk: never on the loop's thread."""
+    import threading
+
+    from agent_core.tools import _shell_shapes
+
+    loop_thread = threading.get_ident()
+    resolved_on: list[int] = []
+    realpath = os.path.realpath
+
+    def recording_realpath(path: str) -> str:
+        resolved_on.append(threading.get_ident())
+        return realpath(path)
+
+    monkeypatch.setattr(_shell_shapes.os.path, "realpath", recording_realpath)
+    for name in ("a", "b", "c"):
+        (tmp_path / name).write_text(name)
+    tool = tool_for(profiles, f"cat {tmp_path}")
+    out = await tool.handler({"command": f"cat {tmp_path}/a {tmp_path}/b {tmp_path}/c"}, Ctx())
+    assert out == "exit 0\nabc"
+    assert len(resolved_on) >= 3
+    assert loop_thread not in resolved_on
