@@ -36,7 +36,15 @@ from agent_core._interrupts import (
 )
 from agent_core._keys import Keys, SessionKey
 from agent_core._ledger import BalanceLedger
-from agent_core._llm import ChatModel, ModelResponse, OpenAIChatModel, Usage
+from agent_core._llm import (
+    ChatModel,
+    ModelResponse,
+    ModelStreaming,
+    OpenAIChatModel,
+    ToolChoice,
+    Usage,
+    openai_http_client,
+)
 from agent_core._llm.client import DeltaSink
 from agent_core._loop import EventSink, LoopLimits, Runtime, TurnRequest
 from agent_core._lua import register_lua
@@ -96,6 +104,7 @@ from agent_core.tools._subagents import ANSWER_CHILD, ASK_PARENT, DISPATCH, suba
 
 __all__ = [
     "open_mcp_tools",
+    "openai_http_client",
     "parse_mcp_servers",
     "ANSWER_CHILD",
     "ASK_PARENT",
@@ -160,6 +169,7 @@ __all__ = [
     "ModelError",
     "ModelRejected",
     "ModelResponse",
+    "ModelStreaming",
     "ModelUnavailable",
     "OpenAIChatModel",
     "RepairReport",
@@ -179,6 +189,7 @@ __all__ = [
     "SystemMessage",
     "Tool",
     "ToolCall",
+    "ToolChoice",
     "ToolContext",
     "ToolFailed",
     "ToolMessage",

@@ -145,6 +145,8 @@ class SettleRecord(BaseModel):
     ended_at: datetime
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    usage_estimated: bool = False
+    """The tokens are (partly) the runtime's estimate: the provider reported no usage."""
     model_requests: int = 0
     probes: int = 0
     events: int = 0
@@ -163,6 +165,7 @@ class SettleRecord(BaseModel):
             ended_at=diag.ended_at or datetime.now(UTC),
             prompt_tokens=diag.usage.prompt_tokens,
             completion_tokens=diag.usage.completion_tokens,
+            usage_estimated=diag.usage.estimated,
             model_requests=diag.model_requests,
             probes=len(diag.probes),
             events=diag.events,

@@ -349,7 +349,9 @@ class Runtime:
         # `[step 3]` ends each result: the card's number, counted in the whole history
         sent = label_steps(prepared.messages, history)
         response = await self._model.respond(sent, toolset, on_delta)
-        self._window.observe(prepared.estimate, response.usage.prompt_tokens)
+        # an estimate teaches the calibration nothing (it is what it would be compared with)
+        reported = 0 if response.usage.estimated else response.usage.prompt_tokens
+        self._window.observe(prepared.estimate, reported)
         return response
 
 

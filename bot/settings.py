@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent_core import IntentCheck
+from agent_core import IntentCheck, ModelStreaming, ToolChoice
 from bot.logs import LogFormat, LogLevel
 from bot.people import People, parse_people
 
@@ -26,6 +26,16 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
     model: str = Field(default="gpt-4o-mini", validation_alias="CHATOPS_MODEL")
+    tool_choice: ToolChoice = Field(default=ToolChoice.AUTO, validation_alias="CHATOPS_TOOL_CHOICE")
+    """`tool_choice` of each model request that offers tools: `auto` (the model calls tools or
+    answers), `required` (it must call one; the answer comes from the wrap-up after
+    `CHATOPS_MAX_STEPS`), `omit` (no field, for providers that reject it). README §Models."""
+    model_streaming: ModelStreaming = Field(
+        default=ModelStreaming.AUTO, validation_alias="CHATOPS_MODEL_STREAMING"
+    )
+    """`auto`: stream, and once a streamed response with tools ends empty (a provider that
+    cannot stream tool calls), send requests with tools without streaming for the life of the
+    process; `on`: always stream; `off`: never (`stream: false`). README §Models."""
     slack_bot_token: SecretStr | None = Field(default=None, validation_alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(
         default=None, validation_alias="SLACK_SIGNING_SECRET"

@@ -1,5 +1,24 @@
-"""The model boundary: pure wire conversion (`convert`) and the streaming client (`client`)."""
+"""The model boundary: wire conversion, the client, and what a provider's errors mean.
 
-from agent_core._llm.client import ChatModel, ModelResponse, OpenAIChatModel, Usage
+`convert` is pure; `client` does the requests; `provider_errors` maps the SDK's exceptions.
+"""
 
-__all__ = ["ChatModel", "ModelResponse", "OpenAIChatModel", "Usage"]
+from agent_core._llm.client import (
+    ChatModel,
+    ModelResponse,
+    ModelStreaming,
+    OpenAIChatModel,
+    ToolChoice,
+    Usage,
+)
+from agent_core._llm.provider_errors import openai_http_client
+
+__all__ = [
+    "ChatModel",
+    "ModelResponse",
+    "ModelStreaming",
+    "OpenAIChatModel",
+    "ToolChoice",
+    "Usage",
+    "openai_http_client",
+]

@@ -1,41 +1,46 @@
 """The model client: one `ChatModel` protocol and its OpenAI-compatible implementation.
 
-Context window: a 400 saying the request exceeds the model's context window becomes
-`ContextTooLong`, with the window and the request's size when the provider names them. Read
-from `code` (OpenAI's `context_length_exceeded`), `type` (llama.cpp's
-`exceed_context_size_error`, with `n_ctx` and `n_prompt_tokens`) or the message (vLLM answers
-`code: 400` and says "maximum context length is N tokens. However, you requested M tokens (K in
-the messages, …)"; older llama.cpp says "exceeds the available context size").
+Errors: `provider_errors.map_openai_errors` maps the SDK's exceptions (the context window, a
+history the provider refused, a 5xx that is a validation error of our request, the SDK's own
+retries); see that module.
 
-Retries: the openai SDK already retries connection errors, 408, 409, 429 and 5xx with exponential
-backoff (honouring `Retry-After`) and never retries other 4xx; we rely on it (`max_retries`) rather
-than layering a second retry loop. A 400 is never retried here: when it is about the history, the
-run loop repairs once and retries once (docs/design.md §Platform facts).
+Provider differences the client absorbs (README §Models):
+- `tool_choice` (`ToolChoice`): `auto` or `required` is sent with every request that offers
+  tools, `omit` sends none (for providers that reject the field); a request without tools never
+  carries it.
+- Streaming (`ModelStreaming`): `on` streams every request; `off` sends `stream: false` and
+  assembles the whole message (`on_delta` hears its text once); `auto` streams, and when a
+  request that offered tools gets a stream that ends before any data and without a finish
+  (llama-cpp-python answers 200, then raises "Automatic streaming tool choice is not supported"
+  and closes), asks again without streaming and sends every later request with tools that way
+  for the life of the model (warned once in the log).
+- Usage: a response without `usage` (llama-cpp-python sends none, even with `include_usage`)
+  is counted with the runtime's estimates (`agent_core._tokens`) and marked `estimated`; the
+  token budget spends the estimate like a count (warned once in the log).
 
 Import cost: `openai` is imported when a model is used, not with `agent_core`, so the
 processes that never call a model (the ingress, the scheduler, the CLI) do not pay for it.
 
-Cancellation: `respond` may be cancelled at any point (a stop). The stream is closed by its
-context manager and the partial response is discarded: nothing of it is returned or persisted.
+Cancellation: `respond` may be cancelled at any point (a stop), streaming or not. The stream is
+closed by its context manager (a whole response's request is cancelled inside the SDK, which
+closes its connection), and the partial response is discarded: nothing of it is returned or
+persisted.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent_core._errors import (
-    ContextTooLong,
-    HistoryRejected,
-    ModelError,
-    ModelRejected,
-    ModelUnavailable,
-)
+from agent_core._errors import ModelUnavailable
 from agent_core._llm.convert import ToolCallAssembler, messages_to_wire, tools_to_wire
+from agent_core._llm.provider_errors import context_too_long, map_openai_errors, one_line
 from agent_core._messages import AssistantMessage, Message
+from agent_core._tokens import estimate_tokens, message_tokens
 from agent_core.tools._base import Toolset
 
 if TYPE_CHECKING:
@@ -45,33 +50,42 @@ __all__ = [
     "ChatModel",
     "DeltaSink",
     "ModelResponse",
+    "ModelStreaming",
     "OpenAIChatModel",
+    "ToolChoice",
     "Usage",
     "context_too_long",
+    "map_openai_errors",
 ]
+
+log = logging.getLogger(__name__)
 
 DeltaSink = Callable[[str], Awaitable[None]]
 """Receives streamed text deltas as they arrive."""
 
-# Substrings of the providers' 400 messages about broken tool-call histories (docs/design.md
-# §Platform facts): unanswered or duplicate call ids, orphan tool messages, empty ids, Anthropic's
-# tool_use blocks.
-_HISTORY_MARKERS = ("tool_call", "role 'tool'", "tool_use", "tool_result")
-# What OpenAI, vLLM and llama.cpp answer for a request over the context window (module docstring).
-_CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
-_CONTEXT_MARKERS = ("maximum context length", "exceeds the available context size")
-_WINDOW = (
-    re.compile(r"maximum context length is (\d{1,9}) tokens"),
-    re.compile(r"available context size \((\d{1,9}) tokens\)"),
-)
-_REQUESTED = (
-    re.compile(r"resulted in (\d{1,9}) tokens"),
-    re.compile(r"(\d{1,9}) in the messages"),
-    re.compile(r"request \((\d{1,9}) tokens\)"),
-)
-_MESSAGE_SCAN_CHARS = 2_000  # a provider's message is read this far, no further
-# Statuses the SDK retries itself; when they still fail, the provider is unavailable.
-_TRANSIENT = frozenset({408, 409, 429})
+_INCOMPLETE = "the response stream ended before the response was complete"
+
+
+class ToolChoice(StrEnum):
+    """The `tool_choice` sent with a request that offers tools."""
+
+    AUTO = "auto"
+    """The model calls tools or answers (OpenAI's default)."""
+    REQUIRED = "required"
+    """The model must call a tool: an answer comes only once no tool is offered (the wrap-up)."""
+    OMIT = "omit"
+    """No `tool_choice` field (for providers that reject it)."""
+
+
+class ModelStreaming(StrEnum):
+    """How responses are requested (module docstring)."""
+
+    AUTO = "auto"
+    """Stream; once a stream with tools ends empty, requests with tools stop streaming."""
+    ON = "on"
+    """Stream every request."""
+    OFF = "off"
+    """Never stream: `stream: false`, the whole message at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +94,14 @@ class Usage:
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated: bool = False
+    """Some of it is the runtime's estimate: the provider reported no usage."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
+            self.estimated or other.estimated,
         )
 
     @property
@@ -112,107 +129,152 @@ class ChatModel(Protocol):
         ...
 
 
-@contextmanager
-def map_openai_errors() -> Iterator[None]:
-    """Translate openai SDK exceptions into the runtime's `ModelError` tree."""
-    import openai  # here, not at the top: the SDK costs a second of CPU to import
-
-    try:
-        yield
-    except openai.BadRequestError as exc:
-        text = str(exc.message)
-        body = exc.body if isinstance(exc.body, Mapping) else {}
-        said = body.get("message")
-        too_long = context_too_long(
-            said if isinstance(said, str) else text, code=exc.code, type_=exc.type, body=body
-        )
-        if too_long is not None:
-            raise too_long from exc
-        kind = HistoryRejected if any(m in text for m in _HISTORY_MARKERS) else ModelRejected
-        raise kind(text, status=exc.status_code) from exc
-    except openai.APIStatusError as exc:
-        transient = exc.status_code in _TRANSIENT or exc.status_code >= 500
-        status_kind: type[ModelError] = ModelUnavailable if transient else ModelRejected
-        raise status_kind(str(exc.message), status=exc.status_code) from exc
-    except openai.APIError as exc:  # connection errors, timeouts, malformed responses
-        raise ModelUnavailable(f"{type(exc).__name__}: {exc}") from exc
-    except ValueError as exc:  # a stream chunk that is not valid JSON
-        raise ModelUnavailable(f"malformed response stream: {exc}") from exc
-
-
-def context_too_long(
-    message: str, *, code: str | None, type_: str | None, body: Mapping[str, Any]
-) -> ContextTooLong | None:
-    """The `ContextTooLong` a provider's 400 means, or None when it is about something else.
-
-    Args:
-        message: The error's message.
-        code: Its `error.code` (OpenAI: `context_length_exceeded`; vLLM: `400`).
-        type_: Its `error.type` (llama.cpp: `exceed_context_size_error`).
-        body: Its `error` object (llama.cpp adds `n_ctx` and `n_prompt_tokens`).
-    """
-    text = message[:_MESSAGE_SCAN_CHARS]
-    lowered = text.lower()
-    if code not in _CONTEXT_CODES and type_ not in _CONTEXT_CODES:
-        if not any(marker in lowered for marker in _CONTEXT_MARKERS):
-            return None
-    window = _first_number(_WINDOW, text, body.get("n_ctx"))
-    requested = _first_number(_REQUESTED, text, body.get("n_prompt_tokens"))
-    return ContextTooLong(text, status=400, window=window, requested=requested)
-
-
-def _first_number(patterns: Sequence[re.Pattern[str]], text: str, given: object) -> int | None:
-    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
-        return given
-    for pattern in patterns:
-        if (found := pattern.search(text)) is not None:
-            return int(found.group(1))
-    return None
+class _EmptyStream(ModelUnavailable):
+    """A stream that ended before any data and without a finish."""
 
 
 class OpenAIChatModel:
-    """`ChatModel` over any OpenAI-compatible chat-completions endpoint, streaming."""
+    """`ChatModel` over any OpenAI-compatible chat-completions endpoint (module docstring)."""
 
-    def __init__(self, client: openai.AsyncOpenAI, model: str) -> None:
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        model: str,
+        *,
+        tool_choice: ToolChoice = ToolChoice.AUTO,
+        streaming: ModelStreaming = ModelStreaming.AUTO,
+    ) -> None:
         self._client = client
         self._model = model
+        self._tool_choice = tool_choice
+        self._streaming = streaming
+        self._streams_tools = streaming is not ModelStreaming.OFF
+        """False once a stream with tools ended empty (`auto`): such requests stop streaming."""
+        self._warned_estimate = False
 
     async def respond(
         self, messages: Sequence[Message], toolset: Toolset, on_delta: DeltaSink | None = None
     ) -> ModelResponse:
-        """Stream one response and assemble it."""
-        kwargs: dict[str, Any] = {
-            "model": self._model,
-            "messages": messages_to_wire(messages),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        """Request one response and assemble it, streamed or whole (module docstring)."""
+        kwargs: dict[str, Any] = {"model": self._model, "messages": messages_to_wire(messages)}
         if len(toolset):
             kwargs["tools"] = tools_to_wire(toolset)
+            if self._tool_choice is not ToolChoice.OMIT:
+                kwargs["tool_choice"] = self._tool_choice.value
+        offers_tools = "tools" in kwargs
+        if self._streaming is ModelStreaming.OFF or (offers_tools and not self._streams_tools):
+            response = await self._complete(kwargs)
+            if on_delta is not None and response.message.content:
+                await on_delta(response.message.content)
+        else:
+            try:
+                response = await self._stream(kwargs, on_delta)
+            except _EmptyStream:
+                if not offers_tools or self._streaming is not ModelStreaming.AUTO:
+                    raise
+                self._streams_tools = False
+                log.warning(
+                    "model %s: a streamed response with tools ended empty; requests with tools "
+                    "are sent without streaming from now on (CHATOPS_MODEL_STREAMING=off skips "
+                    "the first try)",
+                    self._model,
+                )
+                response = await self._complete(kwargs)
+                if on_delta is not None and response.message.content:
+                    await on_delta(response.message.content)
+        return self._counted(response, messages, kwargs.get("tools"))
+
+    async def _stream(self, kwargs: dict[str, Any], on_delta: DeltaSink | None) -> ModelResponse:
         with map_openai_errors():
-            stream = await self._client.chat.completions.create(**kwargs)
+            stream = await self._client.chat.completions.create(
+                **kwargs, stream=True, stream_options={"include_usage": True}
+            )
             async with stream:
                 return await _assemble(stream, on_delta)
+
+    async def _complete(self, kwargs: dict[str, Any]) -> ModelResponse:
+        with map_openai_errors():
+            completion = await self._client.chat.completions.create(**kwargs, stream=False)
+        if not completion.choices:
+            raise ModelUnavailable("the response has no choices")
+        message = completion.choices[0].message
+        calls = ToolCallAssembler()
+        for position, tc in enumerate(message.tool_calls or ()):
+            fn = getattr(tc, "function", None)
+            calls.feed(
+                position,
+                id=tc.id,
+                name=fn.name if fn else None,
+                arguments=fn.arguments if fn else None,
+            )
+        response_id = completion.id or ""
+        assistant = AssistantMessage(
+            content=message.content or "", tool_calls=calls.calls(salt=response_id)
+        )
+        return ModelResponse(assistant, _usage_of(completion.usage), response_id)
+
+    def _counted(
+        self, response: ModelResponse, messages: Sequence[Message], tools: object
+    ) -> ModelResponse:
+        """The response with its usage estimated when the provider reported none."""
+        if not response.usage.estimated:
+            return response
+        if not self._warned_estimate:
+            self._warned_estimate = True
+            log.warning(
+                "model %s reports no token usage: tokens are estimated (the token budget and "
+                "the settle records use the estimate)",
+                self._model,
+            )
+        prompt = sum(message_tokens(m) for m in messages)
+        if tools:
+            prompt += estimate_tokens(json.dumps(tools))
+        completion = message_tokens(response.message)
+        usage = Usage(prompt, completion, estimated=True)
+        return ModelResponse(response.message, usage, response.response_id)
+
+
+_NO_USAGE = Usage(estimated=True)
+"""A placeholder for a response without usage: `_counted` replaces it with the estimate."""
+
+
+def _usage_of(reported: Any) -> Usage:
+    if reported is None:
+        return _NO_USAGE
+    return Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0)
 
 
 async def _assemble(stream: Any, on_delta: DeltaSink | None) -> ModelResponse:
     text: list[str] = []
     calls = ToolCallAssembler()
-    usage = Usage()
+    usage: Usage = _NO_USAGE
     response_id = ""
-    finished = False
-    async for chunk in stream:
+    finished = received = False
+    chunks = aiter(stream)
+    while True:
+        try:
+            chunk = await anext(chunks)
+        except StopAsyncIteration:
+            break
+        except Exception as exc:
+            if not _transport_error(exc):
+                raise
+            if not received:  # cut before any data: the same as a stream that ended empty
+                raise _EmptyStream(_INCOMPLETE) from exc
+            raise ModelUnavailable(one_line(f"the response stream broke: {exc!r}")) from exc
         response_id = response_id or chunk.id
         if chunk.usage is not None:
-            usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+            usage = _usage_of(chunk.usage)
         for choice in chunk.choices:
             finished = finished or choice.finish_reason is not None
             delta = choice.delta
             if delta.content:
+                received = True
                 text.append(delta.content)
                 if on_delta is not None:
                     await on_delta(delta.content)
             for tc in delta.tool_calls or ():
+                received = True
                 fn = tc.function
                 calls.feed(
                     tc.index,
@@ -223,6 +285,22 @@ async def _assemble(stream: Any, on_delta: DeltaSink | None) -> ModelResponse:
     if not finished:
         # The connection ended before the provider said the response was complete: what we
         # have is a partial response, and a partial response is never persisted.
-        raise ModelUnavailable("the response stream ended before the response was complete")
+        raise ModelUnavailable(_INCOMPLETE) if received else _EmptyStream(_INCOMPLETE)
     message = AssistantMessage(content="".join(text), tool_calls=calls.calls(salt=response_id))
     return ModelResponse(message=message, usage=usage, response_id=response_id)
+
+
+def _transport_error(exc: BaseException) -> bool:
+    """A connection error raised while the stream is read (a server that closed it mid-body).
+
+    Newer SDKs wrap it in `APIConnectionError`; older ones pass `httpx`'s or `httpcore`'s
+    through unwrapped.
+    """
+    import openai
+
+    if isinstance(exc, openai.APIConnectionError):
+        return True
+    return any(
+        cls.__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "httpcore2"}
+        for cls in type(exc).__mro__
+    )

@@ -1,8 +1,17 @@
 """Pure conversion between normalized messages and the OpenAI chat-completions wire format.
 
-Nothing here awaits or does I/O. `ToolCallAssembler` rebuilds parallel tool calls from streamed
-deltas: the API sends each call's id and name once, then its arguments in fragments keyed by
-`index`, interleaved across calls.
+Nothing here awaits or does I/O. `ToolCallAssembler` rebuilds tool calls from streamed deltas,
+in the shapes real servers send (replayed in tests/agent_core/test_stream_shapes.py):
+OpenAI and vLLM send a call's id and name once, then its arguments in fragments keyed by
+`index`, interleaved across calls; llama-cpp-python repeats the id and name in every delta;
+Ollama sends each whole call in one delta, older versions without an `index`; LiteLLM's Ollama
+route numbers parallel calls all `index` 0, each with its own id. So a delta belongs to the call
+at its index unless it names another id, or without an index to the call its id names; a name
+repeated in a later delta is the same name, not more of it.
+
+An assistant message with tool calls and no text is sent with `content: ""`, never null: OpenAI,
+vLLM and Ollama accept both, and llama-cpp-python's server answers null with HTTP 500 (its
+`ChatCompletionRequestAssistantMessage.content` is a string).
 
 `messages_to_wire` converts each message object once: messages are frozen, and a session's are
 sent again on every request of every turn, so the wire dict of each is kept (by identity, for as
@@ -18,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_core._errors import ModelUnavailable
 from agent_core._messages import (
     AssistantMessage,
     Message,
@@ -29,7 +39,14 @@ from agent_core._messages import (
 )
 from agent_core.tools._base import Toolset
 
-__all__ = ["ToolCallAssembler", "messages_to_wire", "tools_to_wire", "unique_call_ids"]
+__all__ = [
+    "MAX_CALLS",
+    "MAX_CALL_CHARS",
+    "ToolCallAssembler",
+    "messages_to_wire",
+    "tools_to_wire",
+    "unique_call_ids",
+]
 
 
 def _user_text(message: UserMessage) -> str:
@@ -56,9 +73,8 @@ def _to_wire(message: Message) -> dict[str, Any]:
         case UserMessage():
             return {"role": "user", "content": _user_text(message)}
         case AssistantMessage():
-            # Null content is valid only beside tool calls; some providers reject a bare null.
-            content = message.content or (None if message.tool_calls else "")
-            wire: dict[str, Any] = {"role": "assistant", "content": content}
+            # "" beside tool calls, never null (module docstring)
+            wire: dict[str, Any] = {"role": "assistant", "content": message.content}
             if message.tool_calls:
                 wire["tool_calls"] = [
                     {
@@ -134,6 +150,12 @@ def tools_to_wire(toolset: Toolset) -> list[dict[str, Any]]:
     ]
 
 
+MAX_CALLS = 128
+"""Tool calls one response may carry; past it the stream is broken (`ModelUnavailable`)."""
+MAX_CALL_CHARS = 4_000_000
+"""Characters the ids, names and arguments of one response's calls may total."""
+
+
 @dataclass
 class _PendingCall:
     id: str = ""
@@ -143,19 +165,65 @@ class _PendingCall:
 
 @dataclass
 class ToolCallAssembler:
-    """Accumulates streamed tool-call deltas into complete calls, ordered by index."""
+    """Accumulates streamed tool-call deltas into complete calls, in the order they started.
 
-    _calls: dict[int, _PendingCall] = field(default_factory=dict)
+    Which call a delta belongs to (module docstring). With an index: the call at that index,
+    unless the delta names another id than that call's (LiteLLM numbers parallel calls all 0);
+    two indexes are two calls even under one id (a model reusing an id: `unique_call_ids`
+    renames the second). Without an index: the call its id names, unless the delta is a whole
+    call again (a name, and that call has arguments already); with no id either, the latest
+    call when the delta is only more arguments. Otherwise a new call. A name equal to the call's
+    is a repeat (llama-cpp-python sends it in every delta); another is appended (a name in
+    fragments). Each delta costs a few dict look-ups besides its text, and the text is bounded
+    (`MAX_CALLS`, `MAX_CALL_CHARS`).
+    """
 
-    def feed(self, index: int, *, id: str | None, name: str | None, arguments: str | None) -> None:
-        """Book one delta for the call at `index`."""
-        pending = self._calls.setdefault(index, _PendingCall())
-        if id:
-            pending.id = id
-        if name:
-            pending.name += name
+    _calls: list[_PendingCall] = field(default_factory=list)
+    _by_id: dict[str, _PendingCall] = field(default_factory=dict)
+    _by_index: dict[int, _PendingCall] = field(default_factory=dict)
+    _chars: int = 0
+
+    def feed(
+        self, index: int | None, *, id: str | None, name: str | None, arguments: str | None
+    ) -> None:
+        """Book one delta (`index` None: the provider sent none).
+
+        Raises:
+            ModelUnavailable: The response carries more than `MAX_CALLS` calls or
+                `MAX_CALL_CHARS` characters of them.
+        """
+        self._chars += len(id or "") + len(name or "") + len(arguments or "")
+        if self._chars > MAX_CALL_CHARS:
+            raise ModelUnavailable(f"the response's tool calls exceed {MAX_CALL_CHARS} characters")
+        call = self._call_for(index, id or "", name or "")
+        if id and not call.id:
+            call.id = id
+            self._by_id[id] = call
+        if name and name != call.name:
+            call.name += name
         if arguments:
-            pending.arguments.append(arguments)
+            call.arguments.append(arguments)
+
+    def _call_for(self, index: int | None, id: str, name: str) -> _PendingCall:
+        at: _PendingCall | None
+        if index is not None:
+            at = self._by_index.get(index)
+            if at is not None and id and at.id and at.id != id:
+                at = None  # another call at the same index
+        elif id:
+            at = self._by_id.get(id)
+            if at is not None and name and at.arguments:
+                at = None  # a whole call again, under an id already used
+        else:
+            at = self._calls[-1] if self._calls and not name else None
+        if at is None:
+            if len(self._calls) >= MAX_CALLS:
+                raise ModelUnavailable(f"the response carries more than {MAX_CALLS} tool calls")
+            at = _PendingCall()
+            self._calls.append(at)
+            if index is not None:
+                self._by_index[index] = at
+        return at
 
     def calls(self, salt: str) -> tuple[ToolCall, ...]:
         """Return the assembled calls; a call streamed without an id gets a stable synthetic one.
@@ -163,14 +231,14 @@ class ToolCallAssembler:
         Args:
             salt: Mixed into synthetic ids (the response id), so they stay unique per response.
         """
-        out = []
-        for index in sorted(self._calls):
-            pending = self._calls[index]
-            call_id = pending.id or _synthetic_id(salt, index)
-            out.append(
-                ToolCall(id=call_id, name=pending.name, arguments="".join(pending.arguments))
+        return tuple(
+            ToolCall(
+                id=call.id or _synthetic_id(salt, position),
+                name=call.name,
+                arguments="".join(call.arguments),
             )
-        return tuple(out)
+            for position, call in enumerate(self._calls)
+        )
 
 
 def _synthetic_id(salt: str, index: int) -> str:
