@@ -78,7 +78,10 @@ _TRANSIENT = frozenset({408, 409, 429})
 # Model" open the dump; each error is then a dict with `loc` and `msg`.
 _VALIDATION = re.compile(r"\b(\d{1,6}) validation errors?\b")
 _LOC = re.compile(r"'loc': \(([^)]{0,200})\)")
-_MSG = re.compile(r"'msg': '([^']{0,200})'")
+_MSG = re.compile(r"""'msg': (['"])(.{0,200}?)\1""")
+_TYPE = re.compile(r"'type': '(\w{1,60})'")
+# A union's branches that do not apply (another role) say only that; the error to name is another.
+_BRANCH_MISMATCH = frozenset({"literal_error", "union_tag_invalid"})
 _HOOK_BODY_BYTES = 65_536  # a 5xx body is read for the check only when it declares this or less
 
 
@@ -101,17 +104,34 @@ def invalid_request(status: int, message: str) -> ModelError | None:
     found = _VALIDATION.search(text)
     if found is None:
         return None
-    loc, msg = _LOC.search(text), _MSG.search(text)
-    where = ".".join(p.strip(" '\"") for p in loc.group(1).split(",") if p.strip()) if loc else ""
+    where, what = _first_error(text[found.end() :])
     count = int(found.group(1))
     more = f" (and {count - 1} more)" if count > 1 else ""
-    what = msg.group(1) if msg else "validation error"
     said = one_line(
         f"the model provider could not read the request (HTTP {status}): "
         f"{where + ': ' if where else ''}{what}{more}"
     )
-    about_history = "messages" in where or (loc is None and "messages" in text)
+    about_history = "messages" in where or (not where and "messages" in text)
     return (HistoryRejected if about_history else ModelRejected)(said, status=status)
+
+
+def _first_error(dump: str) -> tuple[str, str]:
+    """Where and what of the dump's first error that is not a union branch's mismatch.
+
+    FastAPI writes one error dict a line; each line is matched on its own, so the location
+    and the message named are the same error's.
+    """
+    first: tuple[str, str] | None = None
+    for line in dump.splitlines():
+        loc, msg, kind = _LOC.search(line), _MSG.search(line), _TYPE.search(line)
+        if msg is None:
+            continue
+        parts = loc.group(1).split(",") if loc else []
+        where = ".".join(p.strip(" '\"") for p in parts if p.strip())
+        if kind is None or kind.group(1) not in _BRANCH_MISMATCH:
+            return where, msg.group(2)
+        first = first or (where, msg.group(2))
+    return first or ("", "validation error")
 
 
 @contextmanager
