@@ -228,8 +228,6 @@ async def test_a_commands_paths_are_resolved_off_the_event_loop(
     """Admitting a command resolves every path operand on the disk: never on the loop's thread."""
     import threading
 
-    from agent_core.tools import _shell_shapes
-
     loop_thread = threading.get_ident()
     resolved_on: list[int] = []
     realpath = os.path.realpath
@@ -238,7 +236,7 @@ async def test_a_commands_paths_are_resolved_off_the_event_loop(
         resolved_on.append(threading.get_ident())
         return realpath(path)
 
-    monkeypatch.setattr(_shell_shapes.os.path, "realpath", recording_realpath)
+    monkeypatch.setattr(os.path, "realpath", recording_realpath)  # the shapes' `os.path`
     for name in ("a", "b", "c"):
         (tmp_path / name).write_text(name)
     tool = tool_for(profiles, f"cat {tmp_path}")
