@@ -4,6 +4,7 @@ Run as a script, never imported by the tests (so it needs nothing from this repo
 
     python tests/fakes/mcp_server.py stdio
     python tests/fakes/mcp_server.py http FD    # streamable HTTP on an inherited listening socket
+    python tests/fakes/mcp_server.py http-legacy FD   # the same, as a handshake-era server
 
 Every `tools/call` request the server receives is appended to the file named by
 `MCP_FAKE_JOURNAL` (`call <tool>`), before the server validates its arguments, so a test can
@@ -16,6 +17,12 @@ its runs in the journal), `db_query(sql)` (a read-only database query), `fetch_u
 (an HTTP GET: slow when the URL holds), `drain_node(node)` (always an `isError` result),
 `server_pid()` (its process id), `flood(kind, kib)` (a result of `kib` KiB: `text`, an embedded
 `resource`, or an `error`).
+
+`http-legacy` refuses `server/discover`, so the client falls back to the `initialize` handshake
+and works in a session (`Mcp-Session-Id`): a new process on the same port knows no session and
+answers 404 for the old one. `MCP_FAKE_STDERR_LINES=N` makes the server write N numbered lines
+to its stderr at start (`MCP_FAKE_STDERR_LINE_CHARS` long, 40 unless set); `MCP_FAKE_REFUSE_FILE`
+names a file whose existence makes the server exit at once (a server that cannot restart).
 """
 
 from __future__ import annotations
@@ -33,7 +40,14 @@ import uvicorn
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import EmbeddedResource, ImageContent, TextContent, TextResourceContents
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    METHOD_NOT_FOUND,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+    TextResourceContents,
+)
 
 PIXEL = base64.b64encode(b"\x89PNG\r\n\x1a\n fake pixel").decode()
 
@@ -43,6 +57,17 @@ def _journal(line: str) -> None:
     if path:
         with Path(path).open("a") as journal:
             journal.write(line + "\n")
+
+
+class NoDiscover:
+    """Middleware: answers `server/discover` as a handshake-era server does (method not found)."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method == "server/discover":
+            raise MCPError(METHOD_NOT_FOUND, "Method not found")
+        return await call_next(ctx)
 
 
 class Journal:
@@ -125,8 +150,21 @@ async def _serve_http(fd: int) -> None:
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
+def _at_start() -> None:
+    refuse = os.environ.get("MCP_FAKE_REFUSE_FILE")
+    if refuse and Path(refuse).exists():
+        sys.exit(3)
+    width = int(os.environ.get("MCP_FAKE_STDERR_LINE_CHARS", "40"))
+    for n in range(int(os.environ.get("MCP_FAKE_STDERR_LINES", "0"))):
+        sys.stderr.write(f"stderr line {n:06d} ".ljust(width, "x") + "\n")
+    sys.stderr.flush()
+
+
 def main() -> None:
     """Serve over stdio, or over streamable HTTP on an inherited socket."""
+    _at_start()
+    if sys.argv[1] == "http-legacy":
+        server.middleware.append(NoDiscover())
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:
