@@ -7,11 +7,13 @@ naming it (`CHATOPS_MCP_SERVERS: ...`) before any tool runs. The tools keep one 
 (`http_get`, the sub-agent tools, then probe, Prometheus, shell, runbooks and MCP as
 configured), and the MCP SDK is imported only when `CHATOPS_MCP_SERVERS` is set. The runbooks'
 index is built in a worker thread (`RunbookLibrary.open`), so a large folder does not stall the
-loop.
+loop. The offered tools are logged once, by name; the set never changes while the worker runs
+(an MCP server that goes down keeps its tools offered, see `agent_core.tools._mcp`).
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import AsyncExitStack
 from dataclasses import replace
 
@@ -44,6 +46,8 @@ from bot.settings import Settings
 
 __all__ = ["open_toolset"]
 
+log = logging.getLogger(__name__)
+
 
 async def open_toolset(
     settings: Settings, stack: AsyncExitStack, subagents: SubagentDesk
@@ -72,6 +76,8 @@ async def open_toolset(
         *await _runbook_tools(settings, stack),
         *await _mcp_tools(settings, stack, limit),
     ]
+    # The one toolset for the worker's lifetime: an MCP server that goes down keeps its tools.
+    log.info("worker offers %d tools: %s", len(tools), ", ".join(tool.name for tool in tools))
     return guarded(Toolset.of(tools))
 
 

@@ -526,8 +526,12 @@ def mcp_settings(bot_settings: Settings, journal: Path) -> Settings:
 
 
 async def test_the_worker_offers_the_configured_servers_tools(
-    mcp_settings: Settings, redis_client: aioredis.Redis, fake_llm: fp.FakeProvider
+    mcp_settings: Settings,
+    redis_client: aioredis.Redis,
+    fake_llm: fp.FakeProvider,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO)
     fake_llm.script(
         fp.ToolCallsReply([fp.ToolCall("k8s__pod_logs", {"pod": "api-0"})]),
         fp.TextReply("api-0 is OOMKilled."),
@@ -539,6 +543,10 @@ async def test_the_worker_offers_the_configured_servers_tools(
     offered = {tool["function"]["name"] for tool in fake_llm.requests[0].body["tools"]}
     assert "k8s__pod_logs" in offered and "k8s__dashboard" not in offered
     assert "api-0: OOMKilled at 12:03" in tool_results(fake_llm, 1)[0]
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged.count("MCP server 'k8s' offers 1 tools: k8s__pod_logs") == 1
+    [offers] = [m for m in logged if m.startswith("worker offers ")]
+    assert "http_get" in offers and offers.endswith(", k8s__pod_logs")
 
 
 async def test_an_invalid_setting_stops_the_worker_start_clearly(
