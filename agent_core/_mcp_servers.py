@@ -33,7 +33,8 @@ async def open_mcp_tools(
 ) -> list[Tool]:
     """Connect every server; return the tools they offer (`agent_core.tools._mcp`).
 
-    Each session closes when `stack` does; a server that fails to start is logged and skipped.
+    Each session is supervised (reconnected when it ends) until `stack` closes; a server that
+    fails to start is logged and skipped.
     """
     from agent_core.tools import _mcp as mcp  # here: the SDK loads with it
 
