@@ -55,7 +55,8 @@ def _short(text: object) -> str:
 
 
 def _tokens(data: Mapping[str, Any]) -> str:
-    return f"[{data.get('prompt_tokens', 0)}+{data.get('completion_tokens', 0)} tok]"
+    estimated = ", estimated" if data.get("usage_estimated") is True else ""
+    return f"[{data.get('prompt_tokens', 0)}+{data.get('completion_tokens', 0)} tok{estimated}]"
 
 
 def _response(data: Mapping[str, Any]) -> str:

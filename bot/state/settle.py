@@ -207,5 +207,7 @@ def _settle_event(record: SettleRecord) -> AuditEvent:
             "final_event_id": record.final_event_id,
             "prompt_tokens": record.prompt_tokens,
             "completion_tokens": record.completion_tokens,
+            # The provider reported no usage: the tokens are our estimate (agent_core/_tokens.py).
+            "usage_estimated": record.usage_estimated,
         },
     )

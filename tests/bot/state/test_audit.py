@@ -143,6 +143,8 @@ async def test_a_steered_then_stopped_analysis_is_audited_in_order(
     # One settle per turn, with its reason; the cards' statuses as Slack was sent them.
     settles = [(e.turn, e.data["reason"]) for e in events if e.kind == "settle"]
     assert settles == [(first, "steered"), (second, "stopped")]
+    # The provider reported its usage, so the booked tokens are not marked as estimated.
+    assert [e.data["usage_estimated"] for e in events if e.kind == "settle"] == [False, False]
     cards = [e.data["status"] for e in events if e.kind == "card"]
     assert cards == slack_statuses(slack_api, thread)
     assert cards[0] == "working" and cards[-1] == "stopped"
@@ -254,6 +256,21 @@ def test_texts_are_redacted_and_cut() -> None:
             "approved restart",
         ),
         ("killswitch", {"on": True}, "kill switch on"),
+        (
+            "settle",
+            {"reason": "completed", "prompt_tokens": 120, "completion_tokens": 30},
+            "settled completed [120+30 tok]",
+        ),
+        (
+            "settle",
+            {
+                "reason": "completed",
+                "prompt_tokens": 120,
+                "completion_tokens": 30,
+                "usage_estimated": True,
+            },
+            "settled completed [120+30 tok, estimated]",
+        ),
         ("something_new", {"a": 1}, 'something_new: {"a": 1}'),
     ],
 )
