@@ -10,7 +10,8 @@ character (CJK, emoji) takes two terminal columns, so such a line may look longe
 Layout, in order: a `== title ===` rule; the status and elapsed time; the newest steps,
 numbered as the answer cites them; the interventions; the answer between two rules (its parts
 under their headings, citations `[3]` as references `[3 · prometheus_query]`, its sources);
-the replay link (when set); the Stop hint (only while live).
+each waiting call with its `[ /approve <call id> ]` and `[ /deny <call id> ]` lines (the
+commands `chatops console` takes); the replay link (when set); the Stop hint (only while live).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from cards import _lines
 from cards._answer import Markup, show_answer
 from cards._limits import truncate
 from cards._mentions import defuse
-from cards._model import CardStatus, ProgressCard
+from cards._model import CardApproval, CardStatus, ProgressCard
 
 __all__ = ["ANSWER_CHARS", "MIN_WIDTH", "STOP_HINT", "render_console"]
 
@@ -82,12 +83,31 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
         for approval in card.approvals:
             lines.append("")
             lines.extend(_wrap(_lines.approval_line(approval, _plain), width, 1))
-            lines.append(f"  [ /approve {approval.value} ]  [ /deny {approval.value} ]")
+            lines.extend(_decision(approval, width))
     if link := card.shown_link:
         lines.extend(["", *_wrap(f"Replay: {link}", width)])
     if not card.is_final:
         lines.extend(["", STOP_HINT])
     return "\n".join(lines)
+
+
+def _call_id(approval: CardApproval) -> str:
+    """The call a waiting call's buttons name: `CardApproval.value` is `<call id>|<digest>`."""
+    return approval.value.partition("|")[0]
+
+
+def _decision(approval: CardApproval, width: int) -> list[str]:
+    """The console's Approve and Deny "buttons": the commands `chatops console` accepts.
+
+    The console sends the card's value (`<call id>|<digest>`) for `/approve <call id>`, so the
+    digest of the arguments shown here travels without being typed. A call id the console could
+    not read back (controls, spaces) is shown cleaned; `/approve` alone names the one waiting call.
+    """
+    call = _lines.one_line(_call_id(approval))
+    return [
+        *_wrap(f"[ /approve {call} ] Approve", width, 1),
+        *_wrap(f"[ /deny {call} ] Deny", width, 1),
+    ]
 
 
 def _rule(title: str, width: int) -> str:

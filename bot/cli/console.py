@@ -1,9 +1,11 @@
 """`chatops console`: a person at a terminal, in a local channel with the bot.
 
 Type a line to mention the bot (it starts an analysis); type while it runs to reply in its
-thread (a redirect, or a stop phrase); `/stop` presses the live card's Stop button; `/new`
-starts a new thread; `/quit` (or end of input) leaves. Cards are drawn as the workers post them,
-a card's new state over its last one.
+thread (a redirect, or a stop phrase); `/stop` presses the live card's Stop button;
+`/approve <call id>` and `/deny <call id>` press a waiting call's Approve or Deny (the id alone
+may be left out when one call waits); `/new` starts a new thread; `/help` lists the commands;
+`/quit` (or end of input) leaves. A command is never sent as a reply. Cards are drawn as the
+workers post them, a card's new state over its last one.
 
 The lines go through the same ingress, queue, workers and card publisher as Slack and Feishu
 (`bot.adapters.console.channel`). With `--ingress-url` it joins a running deployment (the same
@@ -24,7 +26,11 @@ from bot.demo.stack import StackError, local_stack
 
 __all__ = ["HELP", "run_console"]
 
-HELP = "type to talk to the bot · /stop presses Stop · /new starts a thread · /quit leaves"
+HELP = (
+    "type to talk to the bot · /stop presses Stop · /approve <call id> or /deny <call id>"
+    " decides a waiting call · /new starts a thread · /help · /quit leaves"
+)
+"""The commands, as the console prints them at start and for `/help`."""
 
 
 async def run_console(
@@ -89,11 +95,20 @@ async def _read_lines(channel: ConsoleChannel, screen: Screen) -> None:
 async def _act(channel: ConsoleChannel, screen: Screen, text: str) -> None:
     if not text:
         return
-    if text == "/stop":
-        if not await channel.stop():
-            screen.say("(nothing is running)")
-    elif text == "/new":
-        channel.thread = ""
-        screen.say("(a new thread: your next line mentions the bot)")
-    else:
-        await channel.say(text)
+    command, *rest_of = text.split(maxsplit=1)  # `text` is stripped and not empty
+    rest = rest_of[0] if rest_of else ""
+    match command:
+        case "/stop":
+            if not await channel.stop():
+                screen.say("(nothing is running)")
+        case "/approve":
+            screen.say(f"({await channel.decide('approve', rest)})")
+        case "/deny":
+            screen.say(f"({await channel.decide('deny', rest)})")
+        case "/new":
+            channel.thread = ""
+            screen.say("(a new thread: your next line mentions the bot)")
+        case "/help":
+            screen.say(HELP)
+        case _:
+            await channel.say(text)

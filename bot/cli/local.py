@@ -22,9 +22,11 @@ def console(
 ) -> None:
     """Talk to the bot from this terminal: a local channel through the real ingress and workers.
 
-    Type to mention the bot; type while it runs to redirect it; /stop presses Stop; /new starts
-    a new thread; /quit leaves. Without --ingress-url the local stack of `chatops demo` is
-    started first (embedded Redis, the demo service, the rehearsal model unless a real one is
+    Type to mention the bot; type while it runs to redirect it; /stop presses Stop;
+    /approve CALL_ID and /deny CALL_ID decide a call waiting for approval (as the card shows
+    them; the id may be left out when one call waits); /new starts a new thread; /help lists
+    these; /quit leaves. Without --ingress-url the local stack of `chatops demo` is started
+    first (embedded Redis, the demo service, the rehearsal model unless a real one is
     configured).
     """
     import asyncio

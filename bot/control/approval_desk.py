@@ -91,6 +91,10 @@ class Press:
 
     outcome: PressOutcome
     message: str
+    unknown: bool = False
+    """The press names no waiting call of its session (a value that is not `<call id>|<digest>`,
+    or a call nobody asked about): refused, and nothing went on the record. A route whose
+    client can take it (the console's) answers 404 or 400; the chat platforms need their 200."""
 
 
 class ApprovalDesk:
@@ -130,12 +134,14 @@ class ApprovalDesk:
         who = event.person
         parsed = parse_button_value(event.action_value)
         if parsed is None or event.action not in ("approve", "deny"):
-            return Press(PressOutcome.REFUSED, "This button does not name a waiting call.")
+            return Press(
+                PressOutcome.REFUSED, "This button does not name a waiting call.", unknown=True
+            )
         call_id, digest = parsed
         session = event.session_id
         record = await self._record(session, call_id)
         if record is None:
-            return Press(PressOutcome.REFUSED, "No call of this analysis waits for that.")
+            return _UNKNOWN
         approve = event.action == "approve"
         requester = person_of(event.platform, record.requester)
         refusal = self._refusal(record, who, requester, approve=approve)
@@ -256,8 +262,8 @@ class ApprovalDesk:
                 return Press(PressOutcome.ALREADY_DECIDED, f"Already decided ({detail}).")
             case "refused":
                 return Press(PressOutcome.REFUSED, f"Not accepted: {detail}.")
-            case _:
-                return Press(PressOutcome.REFUSED, "No call of this analysis waits for that.")
+            case _:  # "unknown": the record went between our read and the script
+                return _UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +283,9 @@ class _Rule:
         needed = approvals_needed(action, unattended=is_unattended(record.requester))
         return cls(two_person=action is Action.APPROVE_DESTRUCTIVE, approvals=needed)
 
+
+_UNKNOWN = Press(PressOutcome.REFUSED, "No call of this analysis waits for that.", unknown=True)
+"""A press naming a call its session never asked about."""
 
 _ANYONE = _Rule(two_person=False, approvals=1)
 """A denial or an expiry: one decision, by anyone the configuration allows."""

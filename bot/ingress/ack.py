@@ -61,11 +61,19 @@ def unavailable() -> JSONResponse:
     return JSONResponse({"error": "temporarily unavailable, retry"}, status_code=503)
 
 
-async def accept(ingress: Ingress, event: ChatEvent, budget: float = ACK_BUDGET_S) -> Response:
+async def accept(
+    ingress: Ingress,
+    event: ChatEvent,
+    budget: float = ACK_BUDGET_S,
+    *,
+    unknown_call_status: int = 200,
+) -> Response:
     """Decide and enqueue within `budget` seconds; 503 when Redis cannot take the event.
 
     An Approve or Deny press is decided at once (`bot.intake.accept`); its answer is the body's
     `message` (a Feishu card callback shows it as a toast). So is an admin's kill switch command.
+    A press naming no waiting call (`Press.unknown`) is answered `unknown_call_status`: the
+    chat platforms need their 200, the console's client is told 404.
     """
     try:
         async with asyncio.timeout(max(budget, 0.0)):
@@ -76,7 +84,10 @@ async def accept(ingress: Ingress, event: ChatEvent, budget: float = ACK_BUDGET_
         return unavailable()
     ingress.metrics.event(event.platform.value, taken.outcome)
     if (press := taken.press) is not None:
-        return JSONResponse({"ok": True, "approval": press.outcome.value, "message": press.message})
+        said = {"approval": press.outcome.value, "message": press.message}
+        if press.unknown and unknown_call_status != 200:
+            return JSONResponse({"error": "no such call", **said}, status_code=unknown_call_status)
+        return JSONResponse({"ok": True, **said})
     if (switched := taken.switched) is not None:
         said = {"killswitch": switched.outcome.value, "message": switched.message}
         return JSONResponse({"ok": True, **said})

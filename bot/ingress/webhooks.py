@@ -108,7 +108,12 @@ async def _feishu(request: Request, *, card: bool) -> Response:
 
 
 async def _console_events(request: Request) -> Response:
-    """The console platform's events: bearer token, then the same path as Slack's events."""
+    """The console platform's events: bearer token, then the same path as Slack's events.
+
+    An Approve or Deny is decided by the approval desk, as a Slack or Feishu button press is:
+    200 with the desk's `approval` and `message` (a refusal too, as on Slack), 400 for a value
+    that is not `<call id>|<digest>`, 404 for a call of no waiting request.
+    """
     ingress: Ingress = request.app.state.ingress
     token = ingress.settings.console_token
     if token is None:
@@ -125,4 +130,6 @@ async def _console_events(request: Request) -> Response:
             # names a field and the rule it breaks, never the value sent).
             return JSONResponse({"error": exc.public, "detail": exc.detail}, status_code=400)
         return rejected(exc)
-    return await accept(ingress, event)
+    # An Approve or Deny naming no waiting call is the client's mistake, said with a 404 (the
+    # chat platforms' buttons get a 200 whatever the desk decided: they must not retry).
+    return await accept(ingress, event, unknown_call_status=404)

@@ -10,26 +10,40 @@ it.
 One thread at a time: a line typed while no analysis runs in the thread mentions the bot (it
 starts one); a line typed while one runs is a reply in its thread (the bot's policy decides:
 a redirect, a stop phrase, or conversation); `stop()` presses the live card's Stop button.
+
+`decide()` presses a waiting call's Approve or Deny, on whichever card of the channel shows it:
+the action carries the value of the card's buttons (`<call id>|<digest>`, the digest of the
+arguments the card showed), so the approval desk decides it as it decides a Slack or Feishu
+press. Only cards drawn since `start_reading` are known here.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import httpx
 import redis.asyncio as aioredis
 
+from bot.control.approval_desk import parse_button_value
 from bot.errors import ConsoleRefused
 from bot.keys import BotKeys
-from cards import ProgressCard
+from cards import CardApproval, CardStatus, ProgressCard
 
-__all__ = ["CardView", "ConsoleChannel", "ConsoleRefused", "Screen"]
+__all__ = ["CardView", "ConsoleChannel", "ConsoleRefused", "Decision", "Screen"]
+
+Decision = Literal["approve", "deny"]
+"""A waiting call's two buttons."""
 
 READ_BLOCK_MS = 1000
 """One blocking read of the cards stream; under redis-py's default 5 s socket timeout."""
+ANSWER_BYTES = 64 * 1024
+"""Bytes of the ingress's answer read at most (its answers are a few hundred)."""
+SHOWN_CHARS = 80
+"""Characters of a typed call id echoed back at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +131,46 @@ class ConsoleChannel:
         )
         return True
 
+    def waiting_calls(self) -> list[tuple[CardView, CardApproval]]:
+        """Every call waiting for approval on this channel's cards, by their newest state."""
+        return [
+            (view, approval)
+            for view in self.cards.values()
+            if view.card.status is CardStatus.AWAITING_APPROVAL
+            for approval in view.card.approvals
+        ]
+
+    async def decide(self, action: Decision, call: str = "") -> str:
+        """Press Approve or Deny of the waiting call `call` (its id); what to tell the person.
+
+        `call` may be the call id the card shows or the buttons' whole value; empty names the
+        one waiting call. Nothing is sent when no card shows such a call, or when `call` is
+        empty and several wait: the answer says so.
+
+        Raises:
+            ConsoleRefused: The ingress refused the press (its status and message).
+        """
+        waiting = self.waiting_calls()
+        chosen = [(v, a) for v, a in waiting if _names(a, call)] if call else waiting
+        if not chosen:
+            shown = f" {call[:SHOWN_CHARS]!r}" if call else ""
+            return f"no card here shows a call{shown} waiting for approval"
+        if len(chosen) > 1:
+            ids = ", ".join(_call_id(a) for _, a in chosen)
+            return f"{len(chosen)} calls wait for approval ({ids}): /{action} <call id> names one"
+        view, approval = chosen[0]
+        answer = await self._post(
+            {
+                "type": "action",
+                "channel": self.channel,
+                "thread": view.thread,
+                "user": self.user,
+                "action": action,
+                "value": approval.value,
+            }
+        )
+        return str(answer.get("message") or answer)
+
     async def next_update(self) -> CardView | None:
         """The next card state posted in this channel; None when none came within a second."""
         reply: Any = await self._redis.xread(
@@ -150,10 +204,51 @@ class ConsoleChannel:
             }
         )
 
-    async def _post(self, event: dict[str, Any]) -> None:
-        response = await self._http.post("/console/events", json=event, headers=self._auth)
+    async def _post(self, event: dict[str, Any]) -> dict[str, Any]:
+        """POST one event; the ingress's JSON answer.
+
+        Raises:
+            ConsoleRefused: Any answer but 200, with its status and what its body says.
+        """
+        request = self._http.stream("POST", "/console/events", json=event, headers=self._auth)
+        async with request as response:
+            body = await _bounded(response)
+        answer = _answer(body)
         if response.status_code != 200:
-            raise ConsoleRefused(f"{response.status_code}: {response.text}")
+            said = answer.get("message") or answer.get("detail") or answer.get("error")
+            shown = said or body[:SHOWN_CHARS].decode(errors="replace")
+            raise ConsoleRefused(f"{response.status_code}: {shown}")
+        return answer
+
+
+async def _bounded(response: httpx.Response) -> bytes:
+    """The answer's first `ANSWER_BYTES` bytes (the rest is not read)."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk[: ANSWER_BYTES - len(body)]
+        if len(body) >= ANSWER_BYTES:
+            break
+    return bytes(body)
+
+
+def _answer(body: bytes) -> dict[str, Any]:
+    """The ingress's JSON object, or {} when the body is not one (or was cut at the bound)."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def _call_id(approval: CardApproval) -> str:
+    parsed = parse_button_value(approval.value)
+    return parsed[0] if parsed else ""
+
+
+def _names(approval: CardApproval, call: str) -> bool:
+    """`call` names this waiting call: its id (as the card shows it) or its buttons' value."""
+    call_id = _call_id(approval)
+    return bool(call_id) and call in (call_id, " ".join(call_id.split()), approval.value)
 
 
 def _message_id() -> str:

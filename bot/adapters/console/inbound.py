@@ -15,8 +15,15 @@ refused, so a client's typo is a 400 rather than a silently dropped field):
 {"type": "action", "channel": "ops", "thread": "t-1", "user": "alice",
  "action": "stop", "value": "<turn id, the card's turn_id>"}
 {"type": "action", "channel": "ops", "thread": "t-1", "user": "alice",
- "action": "approve", "value": "<the value the card shows after /approve>"}
+ "action": "approve", "value": "<call id>|<digest>"}
 ```
+
+An Approve or Deny (`action` `approve` or `deny`) names the waiting call as the card's buttons
+do (`CardApproval.value` in the card's JSON: the call id and the digest of the arguments the card
+showed); a value of another shape is a 400. The approval desk decides it as it decides a Slack or
+Feishu press (`bot.control.approval_desk`): responders, the two-person rule, the record.
+`chatops console` sends one for `/approve <call id>` or `/deny <call id>`, taking the digest from
+the card it drew (`bot.adapters.console.channel`).
 
 Identity: the token proves only that a console sent the request, so `user` is whatever the
 client says. Inside the bot it is `console:<user>` (`ChatEvent.person`), so it never equals a
@@ -41,8 +48,10 @@ from pydantic import (
     StringConstraints,
     TypeAdapter,
     ValidationError,
+    model_validator,
 )
 
+from bot.control.approval_desk import parse_button_value
 from bot.errors import MalformedRequest, NotAuthentic
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
 
@@ -101,6 +110,12 @@ class ConsoleAction(BaseModel):
     value: _Id
     """Stop: the turn id the card showed (`turn_id` of the card's JSON). Approve, deny: the
     call's value the card shows (`<call id>|<digest>`)."""
+
+    @model_validator(mode="after")
+    def _names_a_call(self) -> ConsoleAction:
+        if self.action != "stop" and parse_button_value(self.value) is None:
+            raise ValueError("value: an approve or deny names `<call id>|<digest>`, as the card")
+        return self
 
 
 _BODY: TypeAdapter[ConsoleMessage | ConsoleAction] = TypeAdapter(
