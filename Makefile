@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast test-real lint demo redis-server chromium bench clean
+.PHONY: install test test-fast test-real lint demo redis-server chromium prometheus bench clean
 
 install: $(STAMP)
 
@@ -26,7 +26,13 @@ chromium:
 		echo "chromium not found: installing it with apt-get"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: install redis-server chromium
+# The prometheus_query tool's tests run a real Prometheus on a loopback port (Debian's `prometheus`).
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+		echo "prometheus not found: installing it with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+
+test: install redis-server chromium prometheus
 	$(BIN)/pytest
 
 # Everything except the slow, process-level tests (for quick local iteration only).

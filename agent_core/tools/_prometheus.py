@@ -15,21 +15,28 @@ the tool's clock, because Prometheus accepts only absolute ones. A step is a dur
 before anything is sent (Prometheus itself allows 11,000, far more than the model can read).
 
 The request is a form-encoded POST, which the API accepts like a GET and which keeps a long
-query clear of server-side URL length limits. Prometheus is also sent `timeout=QUERY_TIMEOUT`, so
-it abandons an evaluation we have stopped waiting for rather than keep burning CPU on it.
+query clear of server-side URL length limits. Prometheus is also sent the API's own `timeout`
+(`QUERY_TIMEOUT_SHARE` of the tool's timeout, in milliseconds: `4000ms` of 5 s), so it stops
+evaluating a query at about the time we would stop waiting for it, and its answer saying so
+still arrives within the tool's timeout. Prometheus caps it at its `--query.timeout` (default
+2 min). Its `503 timeout` ("query timed out in expression evaluation") and the `422 execution`
+of a deadline passed while selecting series are a tool error saying the query was too heavy,
+not retried: the same query would only time out again.
 
-Answers are read bounded (`bounded_body`): at most `BodyLimit.max_bytes` (`CHATOPS_TOOL_MAX_BYTES`)
-of JSON, counted on the wire and after decoding. A longer answer cannot be parsed, so it is a tool
-error that says how to ask for less (aggregate, narrow the selector, a coarser step); an error
-body is read under the same bound, and its text shown cut.
+Answers are read bounded as they stream (`read_body`, as `http_get` reads): at most
+`BodyLimit.max_bytes` (`CHATOPS_TOOL_MAX_BYTES`) of JSON, counted on the wire and after
+decoding, and the connection is closed at the cap, so a huge answer costs the cap, not its size.
+A longer answer cannot be parsed (cut JSON is no result), so it is a tool error naming the cap
+and saying how to ask for less (aggregate, narrow the selector, a coarser step), never a
+partial result; an error body is read under the same bound, and its text shown cut.
 
 The result is rendered as text (series labels in PromQL notation, values as Prometheus
 wrote them), capped at `MAX_SERIES` series and, for a range, `MAX_RUNS` runs of equal values per
 series, saying how much was left out; `warnings` and `infos` follow. A `400 bad_data` or
 `422 execution` error is a tool error the model reads, not retried: the query itself is wrong.
-A `502`/`503`/`504` (a proxy without an answer, or Prometheus not ready or overloaded) and a
-connection that could not be made are retried (`RETRY`). A read timeout is not: the same query
-would only time out again.
+A `502`/`503`/`504` (a proxy without an answer, or Prometheus not ready or overloaded), other
+than Prometheus' own `timeout`, and a connection that could not be made are retried (`RETRY`).
+A read timeout is not: the same query would only time out again.
 """
 
 from __future__ import annotations
@@ -54,8 +61,9 @@ __all__ = ["prometheus_tool"]
 
 TIMEOUT_S = 5.0
 """Per-call timeout, as for other API tools; the tool's own timeout in the batch matches it."""
-QUERY_TIMEOUT = "4s"
-"""Prometheus' own evaluation timeout: under ours, so its 503 reaches us before we give up."""
+QUERY_TIMEOUT_SHARE = 0.8
+"""Prometheus' own evaluation timeout as a share of ours: under it, so its 503 reaches us before
+we give up (4 s of 5 s leaves a second for the answer to be written and read)."""
 RETRY = RetryPolicy(attempts=3, base_delay_s=0.5, max_delay_s=2.0)
 """Three tries for connection failures and 502/503/504, with a jittered wait under 2 s."""
 RETRYABLE_STATUSES = frozenset({502, 503, 504})
@@ -101,6 +109,7 @@ def prometheus_tool(
     *,
     clock: Callable[[], float] = time.time,
     limit: BodyLimit | None = None,
+    timeout_s: float = TIMEOUT_S,
 ) -> Tool:
     """Build the `prometheus_query` tool for the server at `base_url`.
 
@@ -109,25 +118,31 @@ def prometheus_tool(
         client: The HTTP client requests go through.
         clock: Unix time now; relative times and the default `end` are resolved against it.
         limit: How much of an answer is read (default `BodyLimit()`: 1 MiB).
+        timeout_s: The tool's timeout; Prometheus is sent `QUERY_TIMEOUT_SHARE` of it.
 
     Raises:
-        ConfigError: `base_url` is not an http(s) URL with a host.
+        ConfigError: `base_url` is not an http(s) URL with a host, or `timeout_s` is not positive.
     """
     parts = urlsplit(base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"Prometheus URL {base_url!r} is not an http:// or https:// URL")
+    if not timeout_s > 0 or math.isinf(timeout_s):
+        raise ConfigError(
+            f"a Prometheus timeout must be a positive number of seconds, not {timeout_s!r}"
+        )
     root = base_url.rstrip("/")
     bound = limit or BodyLimit()
+    query_timeout = f"{max(1, round(timeout_s * QUERY_TIMEOUT_SHARE * 1000))}ms"
 
     async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
-        endpoint, form, header = _request(args, clock())
+        endpoint, form, header = _request(args, clock(), query_timeout)
         try:
             async with client.stream(
                 "POST",
                 f"{root}/api/v1/{endpoint}",
                 data=form,
                 headers={"Accept-Encoding": ACCEPT_ENCODING},
-                timeout=TIMEOUT_S,
+                timeout=timeout_s,
             ) as response:
                 body = await read_body(response, bound)
         except BodyError as exc:
@@ -138,11 +153,11 @@ def prometheus_tool(
             ) from exc
         except httpx.TimeoutException as exc:
             raise ToolFailed(
-                f"Prometheus did not answer within {TIMEOUT_S:g} s; narrow the query"
+                f"Prometheus did not answer within {timeout_s:g} s; narrow the query"
             ) from exc
         except httpx.HTTPError as exc:
             raise ToolFailed(f"Prometheus request failed: {type(exc).__name__}: {exc}") from exc
-        return _bounded(_render(header, _envelope(response, body)))
+        return _bounded(_render(header, _envelope(response, body, bound, query_timeout)))
 
     return Tool(
         name="prometheus_query",
@@ -154,19 +169,21 @@ def prometheus_tool(
         parameters=PARAMETERS,
         handler=handler,
         interruptibility=Interruptibility.ABORTABLE,
-        timeout_s=TIMEOUT_S,
+        timeout_s=timeout_s,
         risk=Risk.READ_ONLY,
         idempotent=True,
         retry=RETRY,
     )
 
 
-def _request(args: Mapping[str, Any], now: float) -> tuple[str, dict[str, str], str]:
+def _request(
+    args: Mapping[str, Any], now: float, query_timeout: str
+) -> tuple[str, dict[str, str], str]:
     """The endpoint, the form to post and a header line describing the query."""
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ToolFailed("`query` must be a non-empty PromQL expression")
-    form = {"query": query, "timeout": QUERY_TIMEOUT}
+    form = {"query": query, "timeout": query_timeout}
     if args.get("start") is None:
         if args.get("end") is not None or args.get("step") is not None:
             raise ToolFailed("`end` and `step` belong to a range query: give `start` too")
@@ -243,18 +260,26 @@ def _step(value: object, span: float) -> float:
     return seconds
 
 
-def _envelope(response: httpx.Response, body: Body) -> Mapping[str, Any]:
+def _envelope(
+    response: httpx.Response, body: Body, limit: BodyLimit, query_timeout: str
+) -> Mapping[str, Any]:
     """The parsed success envelope; any error becomes a `ToolFailed`, retryable when transient."""
     status, text = response.status_code, body.text(response.charset_encoding)
     if status == 200 and body.truncated:
         raise ToolFailed(
-            f"Prometheus answered more than {len(body.data)} bytes, more than can be read:"
-            " aggregate (sum by (...), topk), narrow the selector, or use a coarser step"
+            f"Prometheus answered more than the {limit.max_bytes} bytes a tool reads"
+            " (CHATOPS_TOOL_MAX_BYTES); reading stopped there: aggregate (sum by (...), topk),"
+            " narrow the selector, or use a coarser step"
         )
     parsed = _json(body)
     error = ""
     if isinstance(parsed, dict) and parsed.get("status") == "error":
         error = f"{parsed.get('errorType', 'error')}: {parsed.get('error', '')}"
+        if _timed_out(parsed):
+            raise ToolFailed(
+                f"Prometheus stopped the query at its {query_timeout} timeout (HTTP {status})"
+                f" {error}; it is too heavy: a shorter range, a coarser step, or fewer series"
+            )
     if status in RETRYABLE_STATUSES:
         detail = error or text[:200].strip()
         raise ToolFailed(
@@ -269,6 +294,18 @@ def _envelope(response: httpx.Response, body: Body) -> Mapping[str, Any]:
             f"{text[:200].strip()}"
         )
     return parsed
+
+
+def _timed_out(parsed: Mapping[str, Any]) -> bool:
+    """Prometheus' own timeout: `503 timeout`, or a deadline passed while selecting series."""
+    if parsed.get("errorType") == "timeout":
+        return True
+    message = parsed.get("error")
+    return (
+        parsed.get("errorType") == "execution"
+        and isinstance(message, str)
+        and (message.endswith("context deadline exceeded"))
+    )
 
 
 def _json(body: Body) -> Any:

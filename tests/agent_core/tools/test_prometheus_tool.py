@@ -59,7 +59,7 @@ async def test_instant_vector_lists_each_series_with_its_value(prom: FakePrometh
     ]
     [seen] = prom.seen
     assert (seen.method, seen.path) == ("POST", "/api/v1/query")
-    assert seen.params == {"query": "up", "time": str(int(DOWN_AT + 60)), "timeout": "4s"}
+    assert seen.params == {"query": "up", "time": str(int(DOWN_AT + 60)), "timeout": "4000ms"}
 
 
 async def test_rate_and_rfc3339_time(prom: FakePrometheus) -> None:
@@ -165,6 +165,29 @@ async def test_a_503_and_a_refused_connection_are_retryable(prom: FakePrometheus
     assert info.value.retryable
 
 
+@pytest.mark.parametrize(
+    ("status", "error_type", "error", "retryable"),
+    [
+        (503, "timeout", "query timed out in expression evaluation", False),
+        (422, "execution", "expanding series: context deadline exceeded", False),
+        (503, "unavailable", "TSDB not ready", True),
+    ],
+)
+async def test_prometheus_own_timeout_is_not_retried(
+    status: int, error_type: str, error: str, retryable: bool
+) -> None:
+    """Its own timeout (worded as the real one, see test_prometheus_real.py) would only recur."""
+    envelope = {"status": "error", "errorType": error_type, "error": error}
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, json=envelope))
+    async with httpx.AsyncClient(transport=transport) as client:
+        tool = prometheus_tool("http://prometheus:9090", client)
+        with pytest.raises(ToolFailed) as info:
+            await tool.handler({"query": "up"}, Ctx())
+    assert info.value.retryable is retryable
+    timed_out = f"Prometheus stopped the query at its 4000ms timeout (HTTP {status}) {error_type}"
+    assert str(info.value).startswith(timed_out) is not retryable
+
+
 async def test_a_wrong_base_url_says_so(prom: FakePrometheus) -> None:
     async with httpx.AsyncClient() as client:
         tool = prometheus_tool(prom.base_url + "/prometheus", client)
@@ -197,6 +220,22 @@ async def test_bad_arguments_are_refused_before_anything_is_sent(
 def test_the_base_url_must_be_http() -> None:
     with pytest.raises(ConfigError):
         prometheus_tool("prometheus:9090", httpx.AsyncClient())
+
+
+async def test_prometheus_is_sent_four_fifths_of_the_tools_timeout(prom: FakePrometheus) -> None:
+    """Its own `timeout`, under ours: its answer that it gave up arrives before we give up."""
+    async with httpx.AsyncClient() as client:
+        tool = prometheus_tool(prom.base_url, client, clock=lambda: NOW, timeout_s=2.0)
+        await tool.handler({"query": "up", "start": "-5m"}, Ctx())
+    assert tool.timeout_s == 2.0
+    [seen] = prom.seen
+    assert (seen.path, seen.params["timeout"]) == ("/api/v1/query_range", "1600ms")
+
+
+@pytest.mark.parametrize("timeout_s", [0.0, -1.0, float("inf"), float("nan")])
+def test_the_timeout_must_be_a_positive_number_of_seconds(timeout_s: float) -> None:
+    with pytest.raises(ConfigError, match="positive number of seconds"):
+        prometheus_tool("http://prometheus:9090", httpx.AsyncClient(), timeout_s=timeout_s)
 
 
 def test_settings_read_the_prometheus_url(monkeypatch: pytest.MonkeyPatch) -> None:
