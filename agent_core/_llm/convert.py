@@ -154,13 +154,34 @@ MAX_CALLS = 128
 """Tool calls one response may carry; past it the stream is broken (`ModelUnavailable`)."""
 MAX_CALL_CHARS = 4_000_000
 """Characters the ids, names and arguments of one response's calls may total."""
+MAX_NAME_CHARS = 256
+"""Characters one call's name may have; past it the stream is broken (OpenAI allows 64)."""
 
 
 @dataclass
 class _PendingCall:
     id: str = ""
-    name: str = ""
+    name_parts: list[str] = field(default_factory=list)
+    name_chars: int = 0
     arguments: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return "".join(self.name_parts)
+
+    def add_name(self, name: str) -> None:
+        """Book a name delta: a repeat of the whole name (llama-cpp-python), else a fragment.
+
+        The name is capped (`MAX_NAME_CHARS`) and kept in parts: a string grown by `+=` per
+        fragment costs quadratic time, and a hostile stream of 80k one-character fragments
+        held the event loop for 13.5 s (measured before the cap).
+        """
+        if len(name) == self.name_chars and name == self.name:
+            return
+        self.name_chars += len(name)
+        if self.name_chars > MAX_NAME_CHARS:
+            raise ModelUnavailable(f"a tool call's name exceeds {MAX_NAME_CHARS} characters")
+        self.name_parts.append(name)
 
 
 @dataclass
@@ -175,7 +196,7 @@ class ToolCallAssembler:
     call when the delta is only more arguments. Otherwise a new call. A name equal to the call's
     is a repeat (llama-cpp-python sends it in every delta); another is appended (a name in
     fragments). Each delta costs a few dict look-ups besides its text, and the text is bounded
-    (`MAX_CALLS`, `MAX_CALL_CHARS`).
+    (`MAX_CALLS`, `MAX_CALL_CHARS`, `MAX_NAME_CHARS`).
     """
 
     _calls: list[_PendingCall] = field(default_factory=list)
@@ -190,7 +211,7 @@ class ToolCallAssembler:
 
         Raises:
             ModelUnavailable: The response carries more than `MAX_CALLS` calls or
-                `MAX_CALL_CHARS` characters of them.
+                `MAX_CALL_CHARS` characters of them, or a name over `MAX_NAME_CHARS`.
         """
         self._chars += len(id or "") + len(name or "") + len(arguments or "")
         if self._chars > MAX_CALL_CHARS:
@@ -199,8 +220,8 @@ class ToolCallAssembler:
         if id and not call.id:
             call.id = id
             self._by_id[id] = call
-        if name and name != call.name:
-            call.name += name
+        if name:
+            call.add_name(name)
         if arguments:
             call.arguments.append(arguments)
 
