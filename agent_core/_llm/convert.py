@@ -5,9 +5,10 @@ in the shapes real servers send (replayed in tests/agent_core/test_stream_shapes
 OpenAI and vLLM send a call's id and name once, then its arguments in fragments keyed by
 `index`, interleaved across calls; llama-cpp-python repeats the id and name in every delta;
 Ollama sends each whole call in one delta, older versions without an `index`; LiteLLM's Ollama
-route numbers parallel calls all `index` 0, each with its own id. So a delta belongs to the call
-at its index unless it names another id, or without an index to the call its id names; a name
-repeated in a later delta is the same name, not more of it.
+route numbers parallel calls all `index` 0, each with its own id and name; Poolside and older
+mlx-openai-server send a new id in each chunk of one call. So a delta belongs to the call at its
+index unless it names another id and a name, or without an index to the call its id names; a
+name repeated in a later delta is the same name, not more of it.
 
 An assistant message with tool calls and no text is sent with `content: ""`, never null: OpenAI,
 vLLM and Ollama accept both, and llama-cpp-python's server answers null with HTTP 500 (its
@@ -189,7 +190,8 @@ class ToolCallAssembler:
     """Accumulates streamed tool-call deltas into complete calls, in the order they started.
 
     Which call a delta belongs to (module docstring). With an index: the call at that index,
-    unless the delta names another id than that call's (LiteLLM numbers parallel calls all 0);
+    unless the delta names another id than that call's and a name (LiteLLM numbers parallel
+    calls all 0, each starting with its name; another id alone is the same call re-labelled);
     two indexes are two calls even under one id (a model reusing an id: `unique_call_ids`
     renames the second). Without an index: the call its id names, unless the delta is a whole
     call again (a name, and that call has arguments already); with no id either, the latest
@@ -229,8 +231,11 @@ class ToolCallAssembler:
         at: _PendingCall | None
         if index is not None:
             at = self._by_index.get(index)
-            if at is not None and id and at.id and at.id != id:
-                at = None  # another call at the same index
+            if at is not None and id and name and at.id and at.id != id:
+                # Another call at the same index (LiteLLM), known by its name. A new id
+                # without a name is the same call's next chunk: some servers send a fresh id
+                # in each (poolsideai/pool#9, cubist38/mlx-openai-server#216).
+                at = None
         elif id:
             at = self._by_id.get(id)
             if at is not None and name and at.arguments:

@@ -35,3 +35,30 @@ def test_a_name_at_the_cap_is_kept_whole() -> None:
 def test_one_whole_name_over_the_cap_is_refused() -> None:
     with pytest.raises(ModelUnavailable, match="name"):
         ToolCallAssembler().feed(None, id="c", name="x" * (MAX_NAME_CHARS + 1), arguments="{}")
+
+
+def test_a_new_id_in_each_chunk_of_one_call_at_one_index_is_still_one_call() -> None:
+    """Poolside (poolsideai/pool#9) and mlx-openai-server before #216: one call, many ids."""
+    calls = ToolCallAssembler()
+    calls.feed(0, id="call_a", name="http_get", arguments="")
+    calls.feed(0, id="call_b", name=None, arguments='{"url": ')
+    calls.feed(0, id="call_c", name=None, arguments='"http://a/"}')
+    calls.feed(1, id="call_d", name="http_probe", arguments="{")
+    calls.feed(1, id="call_e", name=None, arguments="}")
+    assert [(c.id, c.name, c.arguments) for c in calls.calls("r")] == [
+        ("call_a", "http_get", '{"url": "http://a/"}'),
+        ("call_d", "http_probe", "{}"),
+    ]
+
+
+def test_parallel_calls_all_at_index_0_each_with_a_name_are_separate_calls() -> None:
+    """LiteLLM numbers parallel calls all 0; each new call's first delta carries its name."""
+    calls = ToolCallAssembler()
+    calls.feed(0, id="call_1", name="http_get", arguments='{"url": ')
+    calls.feed(0, id=None, name=None, arguments='"http://a/"}')
+    calls.feed(0, id="call_2", name="http_probe", arguments="{")
+    calls.feed(0, id=None, name=None, arguments="}")
+    assert [(c.id, c.name, c.arguments) for c in calls.calls("r")] == [
+        ("call_1", "http_get", '{"url": "http://a/"}'),
+        ("call_2", "http_probe", "{}"),
+    ]
