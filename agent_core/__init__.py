@@ -38,6 +38,7 @@ from agent_core._keys import Keys, SessionKey
 from agent_core._ledger import BalanceLedger
 from agent_core._llm import (
     ChatModel,
+    ForcedTool,
     ModelResponse,
     ModelStreaming,
     OpenAIChatModel,
@@ -159,6 +160,7 @@ __all__ = [
     "HistoryError",
     "HistoryRejected",
     "Fence",
+    "ForcedTool",
     "HistoryStore",
     "HostAllowlist",
     "IntentCheck",

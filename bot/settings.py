@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from agent_core import IntentCheck, ModelStreaming, ToolChoice
+from agent_core import ForcedTool, IntentCheck, ModelStreaming, ToolChoice
 from bot.logs import LogFormat, LogLevel
 from bot.people import People, parse_people
 
@@ -26,10 +26,16 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
     model: str = Field(default="gpt-4o-mini", validation_alias="CHATOPS_MODEL")
-    tool_choice: ToolChoice = Field(default=ToolChoice.AUTO, validation_alias="CHATOPS_TOOL_CHOICE")
+    tool_choice: ToolChoice | ForcedTool = Field(
+        default=ToolChoice.AUTO, validation_alias="CHATOPS_TOOL_CHOICE"
+    )
     """`tool_choice` of each model request that offers tools: `auto` (the model calls tools or
     answers), `required` (it must call one; the answer comes from the wrap-up after
-    `CHATOPS_MAX_STEPS`), `omit` (no field, for providers that reject it). README §Models."""
+    `CHATOPS_MAX_STEPS`), `omit` (no field, for providers that reject it), or
+    `function:<tool name>` (OpenAI's named-function object, sent only with requests that offer
+    that tool, which must call it; requests offering other tools only send no field; the way
+    llama-cpp-python forces a call). An empty name or another value is refused at start-up.
+    README §Models."""
     model_streaming: ModelStreaming = Field(
         default=ModelStreaming.AUTO, validation_alias="CHATOPS_MODEL_STREAMING"
     )
@@ -218,6 +224,25 @@ class Settings(BaseSettings):
         if isinstance(window, int) and value >= window // 2:
             raise ValueError(f"must be less than half CHATOPS_CONTEXT_WINDOW_TOKENS ({window})")
         return value
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice(cls, value: object) -> object:
+        """`auto`, `required`, `omit` or `function:<tool name>`; anything else is refused."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        prefix, colon, name = text.partition(":")
+        if colon and prefix.lower() == "function":
+            if not name.strip():
+                raise ValueError("function: needs a tool's name (function:<tool name>)")
+            return ForcedTool(name.strip())
+        try:
+            return ToolChoice(text.lower())
+        except ValueError:
+            raise ValueError(
+                f"{text[:80]!r} is not auto, required, omit or function:<tool name>"
+            ) from None
 
     @field_validator("console_token", "otel_endpoint", mode="before")
     @classmethod

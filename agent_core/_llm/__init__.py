@@ -5,6 +5,7 @@
 
 from agent_core._llm.client import (
     ChatModel,
+    ForcedTool,
     ModelResponse,
     ModelStreaming,
     OpenAIChatModel,
@@ -15,6 +16,7 @@ from agent_core._llm.provider_errors import openai_http_client
 
 __all__ = [
     "ChatModel",
+    "ForcedTool",
     "ModelResponse",
     "ModelStreaming",
     "OpenAIChatModel",

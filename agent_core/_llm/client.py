@@ -7,7 +7,10 @@ retries); see that module.
 Provider differences the client absorbs (README §Models):
 - `tool_choice` (`ToolChoice`): `auto` or `required` is sent with every request that offers
   tools, `omit` sends none (for providers that reject the field); a request without tools never
-  carries it.
+  carries it. `ForcedTool(name)` instead sends OpenAI's named-function object
+  (`{"type": "function", "function": {"name": ...}}`) with every request that offers that tool
+  (llama-cpp-python forces a call only so), and no field with a request that offers other tools
+  only: the provider's default, never a demand for a tool the request does not offer.
 - Streaming (`ModelStreaming`): `on` streams every request; `off` sends `stream: false` and
   assembles the whole message (`on_delta` hears its text once); `auto` streams, and when a
   request that offered tools gets a stream that ends before any data and without a finish
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ChatModel",
     "DeltaSink",
+    "ForcedTool",
     "ModelResponse",
     "ModelStreaming",
     "OpenAIChatModel",
@@ -75,6 +79,31 @@ class ToolChoice(StrEnum):
     """The model must call a tool: an answer comes only once no tool is offered (the wrap-up)."""
     OMIT = "omit"
     """No `tool_choice` field (for providers that reject it)."""
+
+
+FORCED_TOOL_PREFIX = "function:"
+"""How a `ForcedTool` is spelled in the settings: `function:<tool name>`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedTool:
+    """A `tool_choice` naming one tool: each request offering it must call it (module docstring)."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not self.name or self.name != self.name.strip():
+            raise ValueError(
+                f"a forced tool needs a tool's name ({FORCED_TOOL_PREFIX}<tool name>), "
+                f"got {self.name!r}"
+            )
+
+    def __str__(self) -> str:
+        return f"{FORCED_TOOL_PREFIX}{self.name}"
+
+    def wire(self) -> dict[str, Any]:
+        """The `tool_choice` object sent (OpenAI's named-function form)."""
+        return {"type": "function", "function": {"name": self.name}}
 
 
 class ModelStreaming(StrEnum):
@@ -141,7 +170,7 @@ class OpenAIChatModel:
         client: openai.AsyncOpenAI,
         model: str,
         *,
-        tool_choice: ToolChoice = ToolChoice.AUTO,
+        tool_choice: ToolChoice | ForcedTool = ToolChoice.AUTO,
         streaming: ModelStreaming = ModelStreaming.AUTO,
     ) -> None:
         self._client = client
@@ -159,7 +188,10 @@ class OpenAIChatModel:
         kwargs: dict[str, Any] = {"model": self._model, "messages": messages_to_wire(messages)}
         if len(toolset):
             kwargs["tools"] = tools_to_wire(toolset)
-            if self._tool_choice is not ToolChoice.OMIT:
+            if isinstance(self._tool_choice, ForcedTool):
+                if toolset.get(self._tool_choice.name) is not None:
+                    kwargs["tool_choice"] = self._tool_choice.wire()
+            elif self._tool_choice is not ToolChoice.OMIT:
                 kwargs["tool_choice"] = self._tool_choice.value
         offers_tools = "tools" in kwargs
         if self._streaming is ModelStreaming.OFF or (offers_tools and not self._streams_tools):

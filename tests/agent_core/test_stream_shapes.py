@@ -23,6 +23,7 @@ from agent_core import (
     AssistantMessage,
     Budget,
     Completed,
+    ForcedTool,
     LoopLimits,
     ModelStreaming,
     ModelUnavailable,
@@ -214,6 +215,29 @@ async def test_tool_choice_is_sent_only_with_tools_and_omitted_when_asked(
     assert ("tool_choice" in with_tools) is (sent is not None)
     assert [t["function"]["name"] for t in with_tools["tools"]] == [t.name for t in TOOLS]
     assert "tool_choice" not in without and "tools" not in without
+
+
+async def test_a_forced_tool_is_named_only_in_requests_that_offer_it(
+    replay_server: ReplayServer, client: openai.AsyncOpenAI
+) -> None:
+    replay_server.script(*[Replay.file("llama-cpp-text.sse")] * 3)
+    model = OpenAIChatModel(client, "m", tool_choice=ForcedTool("prometheus_query"))
+    await model.respond(HISTORY, TOOLS)
+    await model.respond(HISTORY, TOOLS.only(["http_get", "http_probe"]))
+    await model.respond(HISTORY, Toolset())
+    offered, others, without = replay_server.bodies
+    assert offered["tool_choice"] == {"type": "function", "function": {"name": "prometheus_query"}}
+    assert "prometheus_query" in [t["function"]["name"] for t in offered["tools"]]
+    # another toolset: the tools are offered and the provider's default applies (no field)
+    assert [t["function"]["name"] for t in others["tools"]] == ["http_get", "http_probe"]
+    assert "tool_choice" not in others
+    assert "tool_choice" not in without and "tools" not in without
+
+
+@pytest.mark.parametrize("name", ["", " ", " http_get"])
+def test_a_forced_tool_needs_a_name(name: str) -> None:
+    with pytest.raises(ValueError, match="needs a tool's name"):
+        ForcedTool(name)
 
 
 async def test_an_assistant_turn_of_calls_only_is_sent_with_empty_content_never_null(

@@ -2,11 +2,12 @@
 
 Why this way: the fakes answer what we believe providers answer; this server is a third party's
 code, with its own quirks (every tool-call delta repeats the call's id and name, no usage chunk,
-`: ping` comments, tool choice only when forced, a 500 for a null `content`). So the bot runs
-as in production: the real ingress app (signed Slack requests over ASGI), a real worker whose
-model is built from settings (bot/worker/model.py) with `OPENAI_BASE_URL` pointing at the
-server, the fake Slack Web API, real Redis. Only a recording proxy sits between the worker and
-the server, to count requests, hold one stream open for the stop and save the exchanges.
+`: ping` comments, a call forced only by naming a function, a 500 for a null `content`). So the
+bot runs as in production: the real ingress app (signed Slack requests over ASGI), a real
+worker whose model is built from settings (bot/worker/model.py) with `OPENAI_BASE_URL`
+pointing at the server, the fake Slack Web API, real Redis. Only a recording proxy sits between
+the worker and the server, to count requests, hold one stream open for the stop and save the
+exchanges.
 
 The model is tiny: what it says is not asserted, only what the bot makes of it (a call of an
 offered tool, answered; an answer on the card; a stop that ends the stream and sends nothing
@@ -112,17 +113,14 @@ async def test_a_mention_is_answered_through_the_bot(
     assert "Answered" in card_text(final)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,  # not a missing server: that fails
-    reason="llama-cpp-python 0.3.36 forces a call only by name: tool_choice 'required' fails its "
-    "assert tool_choice == 'auto' (a stream closed empty, then HTTP 500 without streaming)",
-)
 async def test_a_mention_is_analysed_with_a_forced_tool_call_and_answered(
     real_settings, redis_client, llama_proxy: RecordingProxy, slack_api, slow_service
 ) -> None:
-    settings = real_settings(CHATOPS_TOOL_CHOICE="required")
-    llama_proxy.record_as = ["required-stream", "required-whole"]
+    # The server forces a call only when tool_choice names a function ("required" fails its
+    # assert tool_choice == "auto"): the first request names http_get, and with one step the
+    # wrap-up (no tools offered, so no tool_choice) gives the answer.
+    settings = real_settings(CHATOPS_TOOL_CHOICE="function:http_get", CHATOPS_MAX_STEPS=1)
+    llama_proxy.record_as = ["forced-analysis-call", "forced-analysis-wrap-up"]
     thread = sg.slack_ts()
     text = f"<@{sg.SLACK_BOT_USER_ID}> is {slow_service.url('/health')} up? Fetch it."
     async with open_bot(settings, redis_client) as bot:
@@ -132,24 +130,28 @@ async def test_a_mention_is_analysed_with_a_forced_tool_call_and_answered(
 
     (record,) = await settles(redis_client, session_of(thread))
     assert record.reason.value == "completed", record.error
-    first, second = llama_proxy.completions()[-2:]  # the request with tools, then the wrap-up
+    assert record.model_requests == 2
+    first, second = llama_proxy.completions()  # the request with tools, then the wrap-up
     sent = first.request_json()
-    assert sent["tool_choice"] == "required"
+    assert sent["stream"] is True
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "http_get"}}
+    assert "http_get" in {t["function"]["name"] for t in sent["tools"]}
+    assert (first.status, first.complete) == (200, True)
     deltas = tool_calls_of(bytes(first.response))
-    assert deltas and {d["function"]["name"] for d in deltas} <= {
-        t["function"]["name"] for t in sent["tools"]
-    }
+    assert deltas and {d["function"]["name"] for d in deltas} == {"http_get"}
     wrap_up = second.request_json()
     assert "tools" not in wrap_up and "tool_choice" not in wrap_up
     (assistant,) = [m for m in wrap_up["messages"] if m.get("tool_calls")]
     (call,) = assistant["tool_calls"]
-    assert (call["id"], call["function"]["name"]) == (
-        deltas[0]["id"],
-        deltas[0]["function"]["name"],
-    )
+    assert (call["id"], call["function"]["name"]) == (deltas[0]["id"], "http_get")
     (answered,) = [m for m in wrap_up["messages"] if m["role"] == "tool"]
     assert answered["tool_call_id"] == call["id"]
-    assert "Answered" in card_text(final_card(slack_api, thread))
+    answer = "".join(text_deltas(bytes(second.response))).strip()
+    assert answer
+    final = final_card(slack_api, thread)
+    assert not stop_buttons(final)
+    assert "Answered" in card_text(final)
+    assert answer.split()[0] in card_text(final)
 
 
 async def test_the_server_streams_a_call_forced_by_name(llama_proxy: RecordingProxy) -> None:
