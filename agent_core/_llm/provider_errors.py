@@ -11,11 +11,13 @@ An invalid request answered 5xx: llama-cpp-python's server validates the request
 FastAPI inside a route that turns every exception into `{"error": {"message": str(exc), "type":
 "internal_server_error"}}` with HTTP 500 (its `llama_cpp/server/errors.py`), so a request it
 cannot parse (an assistant `content: null`) is a 500 whose message is FastAPI's dump, "N
-validation errors:" then one pydantic error dict per line. Sending it again cannot help: it is
-mapped like a 400 (`HistoryRejected` when the errors are about `messages`, so the run loop
-repairs once; else `ModelRejected`), and `openai_http_client`'s response hook marks such an
-answer `x-should-retry: false`, the header the SDK obeys before its own 5xx retry
-(`_should_retry` in its `_base_client.py`).
+validation errors:" then one pydantic error dict per line, each located in the request `body`
+(a dump that locates nothing in the body, such as a gateway's "1 validation error for
+ModelResponse" about an answer it could not parse, is the provider failing: retried, then
+`ModelUnavailable`). Sending it again cannot help: it is mapped like a 400 (`HistoryRejected`
+when the errors are about `messages`, so the run loop repairs once; else `ModelRejected`), and
+`openai_http_client`'s response hook marks such an answer `x-should-retry: false`, the header the
+SDK obeys before its own 5xx retry (`_should_retry` in its `_base_client.py`).
 
 Every message mapped here is one line of at most `MESSAGE_CHARS` characters: it ends up on a
 card and in a log line, never as a provider's multi-line dump.
@@ -77,6 +79,11 @@ _TRANSIENT = frozenset({408, 409, 429})
 # FastAPI's "1 validation error:" / "3 validation errors:" and pydantic's "1 validation error for
 # Model" open the dump; each error is then a dict with `loc` and `msg`.
 _VALIDATION = re.compile(r"\b(\d{1,6}) validation errors?\b")
+# Our request's errors are located in the request body: FastAPI's `'loc': ('body', ...)`, or a
+# flattened `body.messages.2.content`. A gateway's pydantic error about a response it could not
+# parse ("1 validation error for ModelResponse\nchoices.0.message ...") names no body: that is
+# the provider failing, and stays retryable.
+_REQUEST_LOC = re.compile(r"""'loc': \(\s*['"]body['"]|\bbody\.\w""")
 _LOC = re.compile(r"'loc': \(([^)]{0,200})\)")
 _MSG = re.compile(r"""'msg': (['"])(.{0,200}?)\1""")
 _TYPE = re.compile(r"'type': '(\w{1,60})'")
@@ -101,7 +108,7 @@ def invalid_request(status: int, message: str) -> ModelError | None:
     if status < 500:
         return None
     text = message[:_MESSAGE_SCAN_CHARS]
-    found = _VALIDATION.search(text)
+    found = _request_validation(text)
     if found is None:
         return None
     where, what = _first_error(text[found.end() :])
@@ -113,6 +120,14 @@ def invalid_request(status: int, message: str) -> ModelError | None:
     )
     about_history = "messages" in where or (not where and "messages" in text)
     return (HistoryRejected if about_history else ModelRejected)(said, status=status)
+
+
+def _request_validation(text: str) -> re.Match[str] | None:
+    """The count of a validation dump about our request's body in `text`, else None."""
+    found = _VALIDATION.search(text)
+    if found is None or _REQUEST_LOC.search(text, found.end()) is None:
+        return None
+    return found
 
 
 def _first_error(dump: str) -> tuple[str, str]:
@@ -213,7 +228,7 @@ async def _refuse_retry_of_invalid_request(response: Any) -> None:
     if not declared.isdigit() or int(declared) > _HOOK_BODY_BYTES:
         return
     await response.aread()
-    if _VALIDATION.search(response.text[:_MESSAGE_SCAN_CHARS]):
+    if _request_validation(response.text[:_MESSAGE_SCAN_CHARS]):
         response.headers["x-should-retry"] = "false"
 
 

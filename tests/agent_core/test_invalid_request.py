@@ -29,6 +29,7 @@ from agent_core import (
     Failed,
     HistoryRejected,
     ModelRejected,
+    ModelUnavailable,
     OpenAIChatModel,
     Runtime,
     Toolset,
@@ -213,3 +214,33 @@ async def test_the_runtime_repairs_once_then_fails_with_one_line(
     assert error.startswith("the model provider rejected the conversation history: ")
     assert "Input should be a valid string" in error and "{'type'" not in error
     assert [m.role for m in await runtime.store.load("s")] == ["user"]
+
+
+# A gateway (LiteLLM, a FastAPI proxy) that could not parse the upstream's answer: pydantic's own
+# str() of the error, about the response model, not our request's body.
+RESPONSE_MODEL_ERROR = (
+    "1 validation error for ModelResponse\nchoices.0.message\n  Field required "
+    "[type=missing, input_value={'index': 0}, input_type=dict]"
+)
+
+
+def test_a_validation_error_about_the_response_is_not_our_request() -> None:
+    assert invalid_request(500, RESPONSE_MODEL_ERROR) is None
+    flattened = "1 validation error:\nbody.messages.2.content: Input should be a valid string"
+    assert type(invalid_request(500, flattened)) is HistoryRejected
+
+
+async def test_a_gateways_response_validation_500_is_retried_and_unavailable(
+    replay_server: ReplayServer,
+) -> None:
+    failing = {"error": {"message": RESPONSE_MODEL_ERROR, "type": "internal_server_error"}}
+    replay_server.script(Status(500, failing), Replay.file("llama-cpp-text.sse"))
+    async with client_for(replay_server, retries=1) as client:
+        response = await OpenAIChatModel(client, "m").respond(HISTORY, Toolset())
+    assert response.message.content.startswith("Dear Dr.")
+    assert len(replay_server.bodies) == 2, "the SDK asked again"
+    replay_server.script(Status(500, failing), Status(500, failing))
+    async with client_for(replay_server, retries=1) as client:
+        with pytest.raises(ModelUnavailable) as caught:
+            await OpenAIChatModel(client, "m").respond(HISTORY, Toolset())
+    assert type(caught.value) is ModelUnavailable and caught.value.status == 500
