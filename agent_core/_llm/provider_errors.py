@@ -219,10 +219,14 @@ def _first_number(patterns: Sequence[re.Pattern[str]], text: str, given: object)
 async def _refuse_retry_of_invalid_request(response: Any) -> None:
     """Response hook: a 5xx that is a validation error of our request says `x-should-retry: false`.
 
-    Only a body that declares its length, at most 64 KiB, is read (FastAPI's `JSONResponse`
-    does); any other 5xx is left to the SDK's retries unread.
+    Only an uncompressed body that declares its length, at most 64 KiB, is read (FastAPI's
+    `JSONResponse` does); any other 5xx is left to the SDK's retries unread. A compressed one is
+    not: the declared length is the compressed size, `aread` returns the decompressed body, and
+    64 KiB of gzip or brotli can expand a thousandfold.
     """
     if response.status_code < 500 or "x-should-retry" in response.headers:
+        return
+    if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
         return
     declared = response.headers.get("content-length", "")
     if not declared.isdigit() or int(declared) > _HOOK_BODY_BYTES:

@@ -6,13 +6,16 @@ answers every exception as HTTP 500 `{"error": {"message": str(exc), ...}}`
 route class and request models of the same shape (`content: NotRequired[str]` on the assistant
 message) answers the captured request (tests/data/streams/llama-cpp-request-null-content.json),
 so the dump is whatever this FastAPI and pydantic produce. It is then served by the replay server
-to the real openai SDK, which would retry a 500 on its own.
+to the real openai SDK, which would retry a 500 on its own. Whether the response hook reads a
+body at all (a compressed one it must not) is asked of the hook alone, behind httpx's
+`MockTransport` with a body that records being read.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Literal, NotRequired
 
 import httpx
@@ -37,7 +40,11 @@ from agent_core import (
     UserMessage,
     openai_http_client,
 )
-from agent_core._llm.provider_errors import MESSAGE_CHARS, invalid_request
+from agent_core._llm.provider_errors import (
+    MESSAGE_CHARS,
+    _refuse_retry_of_invalid_request,
+    invalid_request,
+)
 from tests.fakes.replay_server import (
     STREAMS,
     Replay,
@@ -244,3 +251,48 @@ async def test_a_gateways_response_validation_500_is_retried_and_unavailable(
         with pytest.raises(ModelUnavailable) as caught:
             await OpenAIChatModel(client, "m").respond(HISTORY, Toolset())
     assert type(caught.value) is ModelUnavailable and caught.value.status == 500
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body that records whether anyone read it."""
+
+    def __init__(self, content: bytes) -> None:
+        self.content, self.read = content, False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self.read = True
+        yield self.content
+
+
+def _hooked(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.MockTransport(handler),
+        event_hooks={"response": [_refuse_retry_of_invalid_request]},
+    )
+
+
+@pytest.mark.parametrize("encoding", [None, "identity", "gzip"])
+async def test_the_hook_reads_only_an_uncompressed_body(
+    null_content_500: dict[str, Any], encoding: str | None
+) -> None:
+    """A compressed body's declared length says nothing of what `aread` would decompress."""
+    raw = json.dumps(null_content_500).encode()
+    content = gzip.compress(raw) if encoding == "gzip" else raw
+    headers = {"content-type": "application/json", "content-length": str(len(content))}
+    if encoding is not None:
+        headers["content-encoding"] = encoding
+
+    body = _Body(content)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, headers=headers, stream=body)
+
+    async with _hooked(answer) as http:
+        request = http.build_request("POST", "http://llama/v1/chat/completions")
+        response = await http.send(request, stream=True)
+        refused, read = response.headers.get("x-should-retry"), body.read
+        await response.aclose()
+    if encoding == "gzip":
+        assert (refused, read) == (None, False), "left to the SDK's retries, unread"
+    else:
+        assert (refused, read) == ("false", True)
