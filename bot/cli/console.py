@@ -76,8 +76,8 @@ async def _session(ingress_url: str, token: str, redis_url: str, out: TextIO) ->
 async def _show_cards(channel: ConsoleChannel, screen: Screen, left: asyncio.Event) -> None:
     """Draw cards until the person leaves.
 
-    `left` ends the loop even when the cancellation does not: one in ten runs of the pty test,
-    the cancelled blocking `XREAD` (redis-py 8, hiredis) returned instead of raising, and the
+    `left` ends the loop even when the cancellation does not: in some runs of the pty test the
+    cancelled blocking `XREAD` (redis-py 8, hiredis) returned instead of raising, and the
     console went on reading cards after `/quit`. A read blocks at most `READ_BLOCK_MS`.
     """
     while not left.is_set():
