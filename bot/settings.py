@@ -40,8 +40,9 @@ class Settings(BaseSettings):
         default=ModelStreaming.AUTO, validation_alias="CHATOPS_MODEL_STREAMING"
     )
     """`auto`: stream, and once a streamed response with tools ends empty (a provider that
-    cannot stream tool calls), send requests with tools without streaming for the life of the
-    process; `on`: always stream; `off`: never (`stream: false`). README §Models."""
+    cannot stream tool calls) or is cut before any data twice in a row, send requests with tools
+    without streaming for the life of the process (one cut: asked again whole); `on`: always
+    stream; `off`: never (`stream: false`). README §Models."""
     slack_bot_token: SecretStr | None = Field(default=None, validation_alias="SLACK_BOT_TOKEN")
     slack_signing_secret: SecretStr | None = Field(
         default=None, validation_alias="SLACK_SIGNING_SECRET"

@@ -16,7 +16,10 @@ Provider differences the client absorbs (README §Models):
   request that offered tools gets a stream that ends before any data and without a finish
   (llama-cpp-python answers 200, then raises "Automatic streaming tool choice is not supported"
   and closes), asks again without streaming and sends every later request with tools that way
-  for the life of the model (warned once in the log).
+  for the life of the model (warned once in the log). A stream cut before any data (a transport
+  error: a proxy's idle timeout, a reset) is asked again without streaming too, but only two
+  such cuts in a row, with no good stream between, make the switch: one cut says nothing of the
+  server, and a server that cannot stream tools and drops the connection is caught by the second.
 - Usage: a response without `usage` (llama-cpp-python sends none, even with `include_usage`)
   is counted with the runtime's estimates (`agent_core._tokens`) and marked `estimated`; the
   token budget spends the estimate like a count (warned once in the log).
@@ -110,7 +113,8 @@ class ModelStreaming(StrEnum):
     """How responses are requested (module docstring)."""
 
     AUTO = "auto"
-    """Stream; once a stream with tools ends empty, requests with tools stop streaming."""
+    """Stream; once a stream with tools ends empty (or is cut twice in a row before any data),
+    requests with tools stop streaming."""
     ON = "on"
     """Stream every request."""
     OFF = "off"
@@ -162,6 +166,14 @@ class _EmptyStream(ModelUnavailable):
     """A stream that ended before any data and without a finish."""
 
 
+class _CutStream(_EmptyStream):
+    """A stream cut by a transport error before any data."""
+
+
+_CUTS_TO_STOP_STREAMING = 2
+"""Cuts before any data, in a row, after which `auto` stops streaming requests with tools."""
+
+
 class OpenAIChatModel:
     """`ChatModel` over any OpenAI-compatible chat-completions endpoint (module docstring)."""
 
@@ -179,6 +191,8 @@ class OpenAIChatModel:
         self._streaming = streaming
         self._streams_tools = streaming is not ModelStreaming.OFF
         """False once a stream with tools ended empty (`auto`): such requests stop streaming."""
+        self._cuts = 0
+        """Streams with tools cut before any data since the last that was not (`auto`)."""
         self._warned_estimate = False
 
     async def respond(
@@ -201,20 +215,33 @@ class OpenAIChatModel:
         else:
             try:
                 response = await self._stream(kwargs, on_delta)
-            except _EmptyStream:
+                self._cuts = 0
+            except _EmptyStream as empty:
                 if not offers_tools or self._streaming is not ModelStreaming.AUTO:
                     raise
-                self._streams_tools = False
-                log.warning(
-                    "model %s: a streamed response with tools ended empty; requests with tools "
-                    "are sent without streaming from now on (CHATOPS_MODEL_STREAMING=off skips "
-                    "the first try)",
-                    self._model,
-                )
+                self._after_empty_stream(cut=isinstance(empty, _CutStream))
                 response = await self._complete(kwargs)
                 if on_delta is not None and response.message.content:
                     await on_delta(response.message.content)
         return self._counted(response, messages, kwargs.get("tools"))
+
+    def _after_empty_stream(self, *, cut: bool) -> None:
+        """Book a stream with tools that gave no data; stop streaming them if it says so."""
+        self._cuts = self._cuts + 1 if cut else 0
+        if cut and self._cuts < _CUTS_TO_STOP_STREAMING:
+            log.warning(
+                "model %s: a streamed response with tools was cut before any data; asked again "
+                "without streaming (streaming stays on)",
+                self._model,
+            )
+            return
+        self._streams_tools = False
+        log.warning(
+            "model %s: a streamed response with tools %s; requests with tools are sent without "
+            "streaming from now on (CHATOPS_MODEL_STREAMING=off skips the first try)",
+            self._model,
+            f"was cut before any data {self._cuts} times in a row" if cut else "ended empty",
+        )
 
     async def _stream(self, kwargs: dict[str, Any], on_delta: DeltaSink | None) -> ModelResponse:
         with map_openai_errors():
@@ -291,8 +318,8 @@ async def _assemble(stream: Any, on_delta: DeltaSink | None) -> ModelResponse:
         except Exception as exc:
             if not _transport_error(exc):
                 raise
-            if not received:  # cut before any data: the same as a stream that ended empty
-                raise _EmptyStream(_INCOMPLETE) from exc
+            if not received:  # cut before any data: asked again whole (module docstring)
+                raise _CutStream(_INCOMPLETE) from exc
             raise ModelUnavailable(one_line(f"the response stream broke: {exc!r}")) from exc
         response_id = response_id or chunk.id
         if chunk.usage is not None:

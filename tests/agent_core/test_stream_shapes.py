@@ -309,20 +309,26 @@ async def test_streaming_off_sends_whole_requests_and_hears_the_text_once(
     ) == (50, 7, False)
 
 
-@pytest.mark.parametrize("empty", [Empty(), Cut()], ids=["ended", "cut"])
+@pytest.mark.parametrize("empty", [(Empty(),), (Cut(), Cut())], ids=["ended", "cut-twice"])
 async def test_auto_falls_back_once_a_stream_with_tools_ends_empty_and_remembers(
     replay_server: ReplayServer,
     client: openai.AsyncOpenAI,
     caplog: pytest.LogCaptureFixture,
-    empty: Empty | Cut,
+    empty: tuple[Empty | Cut, ...],
 ) -> None:
+    """A clean empty end switches at once; cuts before any data only when two come in a row."""
+    model = OpenAIChatModel(client, "m")
+    for earlier in empty[:-1]:  # each asked again whole, streaming kept
+        replay_server.script(earlier, completion("", WHOLE_CALLS[:1]))
+        assert list((await model.respond(HISTORY, TOOLS)).message.tool_calls) == WHOLE_CALLS[:1]
+    assert [b["stream"] for b in replay_server.bodies] == [True, False] * (len(empty) - 1)
+    replay_server.reset()
     replay_server.script(
-        empty,
+        empty[-1],
         completion("", WHOLE_CALLS),
         completion("", WHOLE_CALLS[:1]),
         Replay.file("llama-cpp-text.sse"),
     )
-    model = OpenAIChatModel(client, "m")
     first = await model.respond(HISTORY, TOOLS)
     second = await model.respond(HISTORY, TOOLS)
     text = await model.respond(HISTORY, Toolset())
@@ -335,7 +341,31 @@ async def test_auto_falls_back_once_a_stream_with_tools_ends_empty_and_remembers
     assert {k: v for k, v in a.items() if not k.startswith("stream")} == {
         k: v for k, v in b.items() if not k.startswith("stream")
     }
-    assert len([r for r in caplog.records if "ended empty" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "from now on" in r.getMessage()]) == 1
+
+
+async def test_auto_keeps_streaming_after_one_cut_before_any_data(
+    replay_server: ReplayServer, client: openai.AsyncOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One cut (a proxy's idle timeout, a reset) is asked again whole; streaming stays on.
+
+    A good stream between two cuts starts the count over, so two cuts apart never switch.
+    """
+    interleaved = SHAPES["openai-interleaved-calls.sse"][1]
+    replay_server.script(
+        Cut(),
+        completion("", WHOLE_CALLS),
+        Replay.file("openai-interleaved-calls.sse"),
+        Cut(),
+        completion("", WHOLE_CALLS[:1]),
+        Replay.file("openai-interleaved-calls.sse"),
+    )
+    model = OpenAIChatModel(client, "m")
+    answers = [list((await model.respond(HISTORY, TOOLS)).message.tool_calls) for _ in range(4)]
+    assert answers == [WHOLE_CALLS, interleaved, WHOLE_CALLS[:1], interleaved]
+    assert [b["stream"] for b in replay_server.bodies] == [True, False, True, True, False, True]
+    assert not [r for r in caplog.records if "from now on" in r.getMessage()]
+    assert len([r for r in caplog.records if "cut before any data" in r.getMessage()]) == 2
 
 
 @pytest.mark.parametrize(
