@@ -13,7 +13,8 @@ test bound and passed down (`pass_fds`): connections queue in its backlog until 
 accepts them, so the test never waits for the server to come up.
 
 Tools: `pod_logs(pod)` (text), `dashboard(name)` (text and an image), `restart_pod(pod)` (counts
-its runs in the journal), `db_query(sql)` (a read-only database query), `fetch_upstream(url)`
+its runs in the journal; `pod="tmux"` runs it, then answers the JSON-RPC error `tmux session
+not found`), `db_query(sql)` (a read-only database query), `fetch_upstream(url)`
 (an HTTP GET: slow when the URL holds), `drain_node(node)` (always an `isError` result),
 `server_pid()` (its process id), `flood(kind, kib)` (a result of `kib` KiB: `text`, an embedded
 `resource`, or an `error`).
@@ -42,6 +43,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
+    INTERNAL_ERROR,
     METHOD_NOT_FOUND,
     EmbeddedResource,
     ImageContent,
@@ -81,7 +83,25 @@ class Journal:
         return await call_next(ctx)
 
 
-server: MCPServer[Any] = MCPServer("fake-k8s", log_level="WARNING", middleware=[Journal()])
+class SessionWords:
+    """Middleware: `restart_pod(pod="tmux")` runs, then answers a JSON-RPC error of its own.
+
+    The error speaks of a session (`tmux session not found`): the tool's, not a lost session.
+    """
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        result = await call_next(ctx)
+        params = ctx.params or {}
+        if ctx.method == "tools/call" and params.get("arguments", {}).get("pod") == "tmux":
+            raise MCPError(INTERNAL_ERROR, "tmux session not found")
+        return result
+
+
+server: MCPServer[Any] = MCPServer(
+    "fake-k8s", log_level="WARNING", middleware=[Journal(), SessionWords()]
+)
 
 
 @server.tool()

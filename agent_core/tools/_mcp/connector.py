@@ -107,6 +107,8 @@ _MAX_NAME = 64
 _SESSION_HEADER = "mcp-session-id"
 _MAX_ERROR_BODY = 4_096
 """A 400 answer read for its words only when it declares at most this many bytes."""
+_LEGACY_LOST_SESSION = b"No valid session ID provided"
+"""What a server of `mcp` 1.x answers (400) for a session id it does not know."""
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -128,25 +130,30 @@ def backoff_delay_s(failures: int, draw: Callable[[], float] = random.random) ->
     return cap / 2 + cap / 2 * draw()
 
 
-def _names_a_lost_session(exc: MCPError) -> bool:
-    """The error a server (or the client, for a bare 404) gives for a session it does not know.
+def _names_a_lost_session(exc: MCPError, conn: _Connection) -> bool:
+    """The error the `mcp` client itself makes of a 404 for our session id, on HTTP only.
 
     The spec: a server answers 404 to a request carrying a session id it no longer knows, and
-    the client must initialise a new session. The `mcp` SDK's servers answer 404 with
-    `Session not found` (its client says `Session terminated` for a 404 without a JSON-RPC
-    body); servers of `mcp` 1.x answer 400 `No valid session ID provided`.
+    the client must initialise a new session; the response hook sees that 404 first
+    (`conn.expired`). Here only the SDK's own `Session terminated` (its error for a 404 without
+    a JSON-RPC body) is matched, exactly: a tool's own error that speaks of a session ("tmux
+    session not found", "DB session expired") is that tool's answer, not a lost connection,
+    and must not have a call that may mutate sent twice.
     """
-    message = exc.error.message.lower()
-    return "session" in message and any(
-        word in message for word in ("not found", "terminated", "no valid", "expired", "unknown")
+    return (
+        conn.http
+        and exc.error.code == mcp_types.INVALID_REQUEST
+        and exc.error.message == "Session terminated"
     )
 
 
 class _Connection:
     """One connection of a session: ended once, with the reason, by whoever notices first."""
 
-    def __init__(self, on_end: Callable[[], None]) -> None:
+    def __init__(self, on_end: Callable[[], None], *, http: bool = False) -> None:
         self.ended = asyncio.Event()
+        self.http = http
+        """An HTTP transport: only it has a session the server can forget."""
         self.reason = "the connection ended"
         self.expired = False
         """The server answered 404 for the session id: a request it refused was not processed."""
@@ -160,13 +167,17 @@ class _Connection:
             self._on_end()
 
     async def on_response(self, response: httpx2.Response) -> None:
-        """HTTP hook: a 404 (or `mcp` 1.x's 400) for our session id means it is gone."""
+        """HTTP hook: a 404 (or `mcp` 1.x's 400) for our session id means it is gone.
+
+        `mcp` 1.x servers answer a session they do not know with 400 and exactly
+        `No valid session ID provided`; any other 400 is the request's own error.
+        """
         if not response.request.headers.get(_SESSION_HEADER):
             return
         if response.status_code == 404:
             self.end("the server no longer knows its session", expired=True)
         elif response.status_code == 400 and _small(response):
-            if b"session" in (await response.aread()).lower():
+            if _LEGACY_LOST_SESSION in await response.aread():
                 self.end("the server no longer knows its session", expired=True)
 
 
@@ -317,7 +328,9 @@ class _Session:
         failures = 0
         try:
             while not self._closing.is_set():
-                conn = self._conn = _Connection(self._up.clear)
+                conn = self._conn = _Connection(
+                    self._up.clear, http=isinstance(self.config, HttpServerConfig)
+                )
                 up_since: float | None = None
                 try:
                     deadline = anyio.current_time() + self.connect_timeout_s
@@ -454,7 +467,7 @@ class _Session:
             try:
                 result = await client.call_tool(tool, dict(args))
             except MCPError as exc:
-                if conn.expired or _names_a_lost_session(exc):
+                if conn.expired or _names_a_lost_session(exc, conn):
                     conn.end("the server no longer knows its session", expired=True)
                 elif exc.code == mcp_types.CONNECTION_CLOSED:
                     conn.end("the connection ended")

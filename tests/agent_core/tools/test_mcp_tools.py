@@ -312,6 +312,21 @@ async def test_results_errors_and_other_content_reach_the_model(
     assert statuses == [ToolStatus.OK, ToolStatus.OK, ToolStatus.ERROR]
 
 
+async def test_a_tools_own_error_naming_a_session_is_its_answer_not_a_lost_session(
+    server: ServerFactory, journal: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, LOGGER)
+    async with AsyncExitStack() as stack:
+        [restart] = await open_mcp_tools([server("k8s", tools=("restart_pod",))], stack)
+        with pytest.raises(ToolFailed, match="tmux session not found") as exc:
+            await restart.handler({"pod": "tmux"}, Ctx())
+        assert not exc.value.retryable
+        assert await restart.handler({"pod": "api-0"}, Ctx()) == "pod api-0 restarted"
+    runs = [line for line in journal_lines(journal) if line.startswith("ran ")]
+    assert runs == ["ran restart_pod tmux", "ran restart_pod api-0"], "run once, never re-sent"
+    assert not [r for r in caplog.records if "unavailable" in r.getMessage()], "no reconnect"
+
+
 @pytest.mark.parametrize("kind", ["text", "resource", "error"])
 async def test_an_oversized_result_is_cut_at_the_byte_limit_with_a_notice(
     server: ServerFactory, kind: str
