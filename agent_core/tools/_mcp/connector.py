@@ -182,8 +182,14 @@ class _Connection:
 
 
 def _small(response: httpx2.Response) -> bool:
+    """Its body is at most `_MAX_ERROR_BODY` bytes once read.
+
+    The declared length counts the bytes on the wire, and `aread` decompresses: a small gzip
+    body could inflate to gigabytes, so only an uncompressed one is read.
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
     length = response.headers.get("content-length", "")
-    return length.isdigit() and int(length) <= _MAX_ERROR_BODY
+    return encoding == "identity" and length.isdigit() and int(length) <= _MAX_ERROR_BODY
 
 
 class _WatchedRead:

@@ -22,6 +22,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types
 import pytest
 import redis.asyncio as aioredis
@@ -50,6 +51,7 @@ from agent_core.tools._mcp import (
     render_result,
     tool_name,
 )
+from agent_core.tools._mcp.connector import _Connection
 from agent_core.tools._mcp.content import MAX_RESULT_CHARS
 from bot.errors import BotConfigError
 from bot.settings import Settings
@@ -571,3 +573,26 @@ async def test_an_invalid_setting_stops_the_worker_start_clearly(
     with pytest.raises(BotConfigError, match=r"CHATOPS_MCP_SERVERS: \[0\]: Unable to extract"):
         async with open_worker(settings, redis=redis_client):
             pass
+
+
+@pytest.mark.parametrize(
+    ("headers", "lost"),
+    [
+        ({"content-length": "40"}, True),
+        ({"content-length": "40", "content-encoding": "identity"}, True),
+        ({"content-length": "40", "content-encoding": "gzip"}, False),  # aread would inflate
+        ({"content-length": "999999"}, False),
+    ],
+)
+async def test_a_400_is_read_for_mcp_1x_words_only_when_small_and_uncompressed(
+    headers: dict[str, str], lost: bool
+) -> None:
+    conn = _Connection(lambda: None, http=True)
+    request = httpx2.Request("POST", "http://mcp/mcp", headers={"mcp-session-id": "s1"})
+
+    async def body() -> AsyncIterator[bytes]:  # streamed, as the hook sees it: read on demand
+        yield b'{"error": "Bad Request: No valid session ID provided"}'
+
+    response = httpx2.Response(400, headers=headers, content=body(), request=request)
+    await conn.on_response(response)
+    assert conn.expired is lost
