@@ -13,7 +13,8 @@ Bounded, because a server writes what it likes:
   in its length), decoded as UTF-8 with errors replaced;
 - records are rate-limited by a token bucket (`BURST_LINES` at once, `LINES_PER_S` after):
   lines past it are read and dropped, never left in the pipe (a full pipe would block the
-  server), and the next record that is written says how many were dropped;
+  server), and the next record that is written says how many were dropped; while the bucket is
+  empty a chunk's whole lines are only counted (`bytes.count`), never split or decoded;
 - the reader keeps at most one chunk and one line in memory.
 
 The pipe is read until its end: when the child and every process it started have exited. On
@@ -73,12 +74,27 @@ class StderrLines:
         start = 0
         while start < len(chunk):
             end = chunk.find(b"\n", start)
-            piece = chunk[start:] if end < 0 else chunk[start:end]
-            self._take(piece)
             if end < 0:
+                self._take(chunk[start:])
                 return
+            self._take(chunk[start:end])
             self._emit()
             start = end + 1
+            if start < len(chunk) and not self._refill():
+                start = self._drop_whole_lines(chunk, start)
+
+    def _drop_whole_lines(self, chunk: bytes, start: int) -> int:
+        """The bucket is empty: count the chunk's whole lines left as dropped, unread.
+
+        A chunk arrives at one instant, so no token comes back within it; counting its
+        newlines in C costs nothing next to splitting, decoding and limiting each line (2 MB
+        of `y` lines took 0.77 s of CPU that way). Returns where its unterminated tail begins.
+        """
+        last = chunk.rfind(b"\n", start)
+        if last < 0:
+            return start
+        self._dropped += chunk.count(b"\n", start, last + 1)
+        return last + 1
 
     def finish(self) -> None:
         if self._line or self._cut:
@@ -96,23 +112,29 @@ class StderrLines:
             self._cut = True
 
     def _emit(self) -> None:
-        text = self._line.decode("utf-8", errors="replace").rstrip("\r")
-        cut = self._cut or len(text) > MAX_LINE_CHARS
-        self._line.clear()
+        cut = self._cut
         self._cut = False
         if not self._admit():
+            self._line.clear()
             self._dropped += 1
             return
+        text = self._line.decode("utf-8", errors="replace").rstrip("\r")
+        self._line.clear()
+        cut = cut or len(text) > MAX_LINE_CHARS
         if self._dropped:
             text = f"[{self._dropped} lines dropped by the rate limit] {text}"
             self._dropped = 0
         self._log(text[:MAX_LINE_CHARS] + (" […]" if cut else ""))
 
-    def _admit(self) -> bool:
+    def _refill(self) -> bool:
+        """Tokens back for the time passed; whether one is there."""
         now = self._clock()
         self._tokens = min(float(BURST_LINES), self._tokens + (now - self._stamp) * LINES_PER_S)
         self._stamp = now
-        if self._tokens < 1:
+        return self._tokens >= 1
+
+    def _admit(self) -> bool:
+        if not self._refill():
             return False
         self._tokens -= 1
         return True

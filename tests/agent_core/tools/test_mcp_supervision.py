@@ -156,6 +156,29 @@ def test_stderr_lines_are_bounded_in_length_and_rate(caplog: pytest.LogCaptureFi
     assert LINES_PER_S >= 2
 
 
+def test_lines_past_an_empty_bucket_are_counted_not_handled_one_by_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, STDERR)
+    ticks = [0]
+
+    def clock() -> float:
+        ticks[0] += 1
+        return 0.0  # no token ever comes back
+
+    lines = StderrLines("k8s", clock=clock)
+    flood = b"y\n" * 1_000_000  # 2 MB, as a server in a loop writes it
+    for start in range(0, len(flood), 65_536):  # in the reader's chunks
+        lines.feed(flood[start : start + 65_536])
+    assert ticks[0] < 1_000, "the limiter is not asked per dropped line"
+    lines.finish()
+    logged = records(caplog, STDERR, "stderr:")
+    assert len(logged) == BURST_LINES + 1
+    assert logged[-1].endswith(
+        f"[{1_000_000 - BURST_LINES} more lines of stderr dropped by the rate limit]"
+    )
+
+
 async def test_a_stdio_servers_stderr_goes_through_the_logger_not_the_process_stderr(
     caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -167,8 +190,14 @@ async def test_a_stdio_servers_stderr_goes_through_the_logger_not_the_process_st
     logged = records(caplog, STDERR, "MCP server 'k8s' stderr: ")
     assert logged[0].startswith("MCP server 'k8s' stderr: stderr line 000000 xxx")
     assert logged[0].endswith(" […]") and all(len(m) < MAX_LINE_CHARS + 100 for m in logged)
-    assert BURST_LINES <= len(logged) < 1_000, "the rate limit held"
-    assert "more lines of stderr dropped by the rate limit" in logged[-1]
+    *shown, summary = logged
+    assert "more lines of stderr dropped by the rate limit" in summary
+    dropped = [
+        int(n)
+        for n in re.findall(r"\[(\d+) (?:more )?lines (?:of stderr )?dropped", "\n".join(logged))
+    ]
+    assert len(shown) >= BURST_LINES and sum(dropped) > 0, "the rate limit held"
+    assert len(shown) + sum(dropped) == 5000, "every line logged or counted as dropped"
     assert "stderr line" not in capfd.readouterr().err
 
 
