@@ -23,7 +23,9 @@ not found`), `db_query(sql)` (a read-only database query), `fetch_upstream(url)`
 and works in a session (`Mcp-Session-Id`): a new process on the same port knows no session and
 answers 404 for the old one. `MCP_FAKE_STDERR_LINES=N` makes the server write N numbered lines
 to its stderr at start (`MCP_FAKE_STDERR_LINE_CHARS` long, 40 unless set); `MCP_FAKE_REFUSE_FILE`
-names a file whose existence makes the server exit at once (a server that cannot restart).
+names a file whose existence makes the server exit at once (a server that cannot restart);
+`MCP_FAKE_HANG_FILE` one that makes it say `hanging before initialize` on stderr and never
+answer (a server that accepts a connection but never shakes hands).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import base64
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +177,11 @@ def _at_start() -> None:
     refuse = os.environ.get("MCP_FAKE_REFUSE_FILE")
     if refuse and Path(refuse).exists():
         sys.exit(3)
+    hang = os.environ.get("MCP_FAKE_HANG_FILE")
+    if hang and Path(hang).exists():
+        sys.stderr.write("hanging before initialize\n")
+        sys.stderr.flush()
+        time.sleep(3600)
     width = int(os.environ.get("MCP_FAKE_STDERR_LINE_CHARS", "40"))
     for n in range(int(os.environ.get("MCP_FAKE_STDERR_LINES", "0"))):
         sys.stderr.write(f"stderr line {n:06d} ".ljust(width, "x") + "\n")

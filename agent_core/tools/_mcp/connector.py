@@ -271,6 +271,9 @@ class _Session:
         self._down_reason = ""
         self._closing = asyncio.Event()
         self._owner: asyncio.Task[None] | None = None
+        self._attempt: anyio.CancelScope | None = None
+        """The connect attempt in progress, cancelled by a close: it must not run to its
+        deadline (`connect_timeout_s`) while the worker waits to stop."""
 
     @property
     def name(self) -> str:
@@ -341,10 +344,14 @@ class _Session:
                 try:
                     deadline = anyio.current_time() + self.connect_timeout_s
                     with anyio.CancelScope(deadline=deadline) as scope:
+                        self._attempt = scope
+                        if self._closing.is_set():
+                            scope.cancel()
                         async with Client(
                             self._transport(conn), client_info=_CLIENT_INFO
                         ) as client:
                             tools = await _list_tools(client)
+                            self._attempt = None
                             scope.deadline = math.inf
                             up_since = loop.time()
                             self._came_up(client, conn, tools, first, failures)
@@ -355,6 +362,7 @@ class _Session:
                 except Exception as exc:
                     failure = exc
                 finally:
+                    self._attempt = None
                     self._client = None
                     self._up.clear()
                 if not first.done():
@@ -387,6 +395,8 @@ class _Session:
         listed = tuple(t.name for t in tools if self.config.allows(t.name))
         if not first.done():
             first.set_result(tools)
+        elif self._closing.is_set():
+            return  # up just as the worker closes: nothing to announce, nothing to serve
         elif not self._available:
             log.warning(
                 "MCP server %r is available again (reconnected after %d attempts)",
@@ -443,14 +453,20 @@ class _Session:
             raise self._unavailable()
         return client, conn
 
+    def begin_close(self) -> None:
+        """Tell the owner to close: end the connection, or cancel the attempt to make one."""
+        self._closing.set()
+        if self._conn is not None:
+            self._conn.end("the worker is closing")
+        if self._attempt is not None:
+            self._attempt.cancel()
+
     async def aclose(self) -> None:
         """Tell the owner to close the session and wait for it; cancel it if it overstays.
 
         Idempotent; a cancelled close leaves the owner closing on its own.
         """
-        self._closing.set()
-        if self._conn is not None:
-            self._conn.end("the worker is closing")
+        self.begin_close()
         owner = self._owner
         if owner is None or owner.done():
             return
@@ -584,6 +600,19 @@ async def _connect(session: _Session) -> list[Tool]:
     return tools
 
 
+async def _close_all(sessions: Sequence[_Session]) -> None:
+    """Close every session at once: one after another, N servers could take N × the bound.
+
+    Each is told first, so a close cancelled before its task ran still leaves every owner
+    closing by itself.
+    """
+    for session in sessions:
+        session.begin_close()
+    async with asyncio.TaskGroup() as group:
+        for session in sessions:
+            group.create_task(session.aclose(), name=f"mcp-close:{session.name}")
+
+
 async def open_mcp_tools(
     servers: Sequence[McpServerConfig],
     stack: AsyncExitStack,
@@ -605,8 +634,7 @@ async def open_mcp_tools(
         )
         for config in servers
     ]
-    for session in sessions:
-        stack.push_async_callback(session.aclose)
+    stack.push_async_callback(_close_all, sessions)
     async with asyncio.TaskGroup() as group:
         connecting = [group.create_task(_connect(s)) for s in sessions]
     return [tool for task in connecting for tool in task.result()]

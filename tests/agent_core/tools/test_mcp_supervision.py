@@ -5,8 +5,9 @@ with the `mcp` package (`tests/fakes/mcp_server.py`), killed by pid (stdio) or s
 started again on the same port (streamable HTTP, as a handshake-era server, so the new process
 knows no session and answers 404 for the old one). "Mid-analysis" is a scripted model whose
 responder (on the fake provider's own thread) kills or restarts the server between two batches
-of one analysis. Log records are counted, never timed; the one wait on the clock, for a server
-that cannot restart to be started again, polls the log and gives up after a minute.
+of one analysis. Log records are counted, never timed; a server that could not restart coming
+back, and a reconnect attempt being under way, are waited for on a log handler's event, and a
+close that was cancelled on its owner task: nothing polls the clock.
 """
 
 from __future__ import annotations
@@ -117,6 +118,19 @@ def http_server() -> Iterator[HttpServer]:
     server.start()
     yield server
     server.stop()
+
+
+class Heard(logging.Handler):
+    """Sets an event when a record containing `text` is logged."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.event = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.event.set()
 
 
 # --- backoff and stderr, unit level ---------------------------------------------------------
@@ -237,11 +251,13 @@ async def test_a_server_that_cannot_restart_answers_unavailable_and_is_logged_on
         offered = {t["function"]["name"] for t in fake_llm.requests[0].body["tools"]}
         assert {"k8s__pod_logs", "k8s__server_pid"} <= offered, "still offered while down"
 
-        refuse.unlink()  # the next attempt of the backoff starts it
-        for _ in range(600):
-            if records(caplog, CONNECTOR, "available again"):
-                break
-            await asyncio.sleep(0.1)
+        back = Heard("is available again")
+        logging.getLogger(CONNECTOR).addHandler(back)
+        try:
+            refuse.unlink()  # the next attempt of the backoff starts it
+            await back.event.wait()
+        finally:
+            logging.getLogger(CONNECTOR).removeHandler(back)
         assert "OOMKilled" in await tools["k8s__pod_logs"].handler({"pod": "api-0"}, Ctx())
         await tools["k8s__pod_logs"].handler({"pod": "api-1"}, Ctx())
     assert len(records(caplog, CONNECTOR, "MCP server 'k8s' unavailable (")) == 1
@@ -260,6 +276,27 @@ async def test_closing_is_idempotent_and_a_call_after_it_answers_unavailable() -
         await tools["k8s__pod_logs"].handler({"pod": "api-0"}, Ctx())
 
 
+async def test_closing_interrupts_a_reconnect_attempt_that_hangs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    hang = tmp_path / "hang"
+    hanging = Heard("hanging before initialize")
+    logging.getLogger(STDERR).addHandler(hanging)
+    try:
+        stack = AsyncExitStack()
+        configs = [stdio(name, MCP_FAKE_HANG_FILE=str(hang)) for name in ("k8s", "k8s_b")]
+        tools = {t.name: t for t in await open_mcp_tools(configs, stack, connect_timeout_s=600)}
+        hang.touch()  # every restart now accepts the connection and never shakes hands
+        os.kill(pid_in(await tools["k8s__server_pid"].handler({}, Ctx())), signal.SIGKILL)
+        await hanging.event.wait()  # the reconnect attempt is in progress
+        await stack.aclose()
+    finally:
+        logging.getLogger(STDERR).removeHandler(hanging)
+    assert not records(caplog, CONNECTOR, "did not close in time"), "the attempt was cancelled"
+    assert not records(caplog, CONNECTOR, "available again")
+
+
 async def test_a_close_cancelled_midway_leaves_no_server_behind() -> None:
     stack = AsyncExitStack()
     tools = {t.name: t for t in await open_mcp_tools([stdio()], stack)}
@@ -269,13 +306,8 @@ async def test_a_close_cancelled_midway_leaves_no_server_behind() -> None:
     closing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await closing
-    await AsyncExitStack().aclose()
-    for _ in range(300):  # the owner goes on closing by itself
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        await asyncio.sleep(0.05)
+    [owner] = [t for t in asyncio.all_tasks() if t.get_name() == "mcp:k8s"]
+    await asyncio.wait({owner})  # the owner goes on closing by itself
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
