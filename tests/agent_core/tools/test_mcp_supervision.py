@@ -264,6 +264,22 @@ async def test_a_server_that_cannot_restart_answers_unavailable_and_is_logged_on
     assert len(records(caplog, CONNECTOR, "MCP server 'k8s' is available again")) == 1
 
 
+async def test_a_call_while_the_server_stays_down_waits_at_most_half_its_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, CONNECTOR)
+    refuse = tmp_path / "refuse"
+    config = stdio(MCP_FAKE_REFUSE_FILE=str(refuse)).model_copy(update={"timeout_s": 0.5})
+    async with AsyncExitStack() as stack:
+        # The recovery wait alone would be ten minutes: only half the tool's timeout bounds it.
+        tools = {t.name: t for t in await open_mcp_tools([config], stack, recovery_wait_s=600)}
+        refuse.touch()
+        os.kill(pid_in(await tools["k8s__server_pid"].handler({}, Ctx())), signal.SIGKILL)
+        with pytest.raises(ToolFailed, match="MCP server 'k8s' unavailable, retrying"):
+            await tools["k8s__pod_logs"].handler({"pod": "api-0"}, Ctx())
+        assert not records(caplog, CONNECTOR, "available again"), "answered while still down"
+
+
 async def test_closing_is_idempotent_and_a_call_after_it_answers_unavailable() -> None:
     stack = AsyncExitStack()
     tools = {t.name: t for t in await open_mcp_tools([stdio()], stack)}
