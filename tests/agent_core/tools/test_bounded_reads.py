@@ -152,7 +152,7 @@ async def test_prometheus_refuses_an_answer_past_the_limit(bombs: BombServer) ->
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
         tool = prometheus_tool("http://prometheus:9090", client, limit=LIMIT)
-        with pytest.raises(ToolFailed, match="more than 1048576 bytes.*aggregate"):
+        with pytest.raises(ToolFailed, match="more than the 1048576 bytes.*aggregate"):
             await tool.handler({"query": "up"}, Ctx())
 
 
@@ -163,7 +163,7 @@ async def test_prometheus_reads_a_gzip_bomb_only_to_the_limit(bombs: BombServer)
         tool = prometheus_tool(bombs.url(""), client, limit=LIMIT)
         tracemalloc.start()
         try:
-            with pytest.raises(ToolFailed, match="more than 1048576 bytes"):
+            with pytest.raises(ToolFailed, match="more than the 1048576 bytes"):
                 await tool.handler({"query": "up"}, Ctx())
             _, peak = tracemalloc.get_traced_memory()
         finally:
