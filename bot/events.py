@@ -20,7 +20,10 @@ from functools import cached_property
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "ALERT",
     "SCHEDULER",
+    "AlertMode",
+    "AlertOrigin",
     "AuthorKind",
     "ChatEvent",
     "EventKind",
@@ -32,6 +35,8 @@ __all__ = [
 
 SCHEDULER = "scheduler"
 """The qualifier of a scheduled job's runs (`scheduler:<job id>`): no person asked for them."""
+ALERT = "alert"
+"""The qualifier of an alert's messages (`alert:<sender>`): no person asked for them either."""
 
 
 class Platform(StrEnum):
@@ -60,6 +65,10 @@ class AuthorKind(StrEnum):
     """A platform or system notice (joins, topic changes, ...)."""
     SCHEDULER = "scheduler"
     """A message produced by this bot's scheduler."""
+    ALERT = "alert"
+    """An alert from a monitoring system (Alertmanager, Grafana, PagerDuty), posted by this bot:
+    it opens an incident's analysis, and later notifications of the incident reach it as
+    notices, never as steers."""
 
 
 class EventKind(StrEnum):
@@ -73,6 +82,40 @@ class EventKind(StrEnum):
     """A message was deleted."""
     ACTION = "action"
     """A button on a card was pressed (stop, approve, deny)."""
+
+
+class AlertMode(StrEnum):
+    """What an alert route does with a new incident (`CHATOPS_ALERT_ROUTES`)."""
+
+    NOTIFY = "notify"
+    """Post the alert only."""
+    TRIAGE = "triage"
+    """A short analysis, with a small step budget (`CHATOPS_ALERT_TRIAGE_STEPS`)."""
+    INVESTIGATE = "investigate"
+    """A full analysis."""
+
+
+class AlertOrigin(BaseModel):
+    """The incident an alert-started analysis concerns, as its events carry it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sender: str
+    """`alertmanager`, `grafana` or `pagerduty`."""
+    incident: str
+    """The sender's group: Alertmanager's and Grafana's `groupKey`, PagerDuty's incident id."""
+    alert_name: str
+    """The alert's name (`alertname`; PagerDuty: the incident's title)."""
+    route: str
+    """The route that took it (its `name`, or `route #N`)."""
+    mode: AlertMode = AlertMode.INVESTIGATE
+    severity: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    """The key labels, in the order shown (the group's common labels)."""
+    fingerprints: tuple[str, ...] = ()
+    """The fingerprints of the alerts that opened it."""
+    root_link: str = ""
+    """A link to the incident's root message, when the platform gives one."""
 
 
 class ChatEvent(BaseModel):
@@ -108,7 +151,10 @@ class ChatEvent(BaseModel):
     """When the platform says the message was sent (epoch seconds; 0 when unknown). A stop
     cancels requests sent before it, even when their delivery arrives after it."""
     tools: tuple[str, ...] | None = None
-    """For a scheduled job's run: the only tools its analysis may use (None: all of them)."""
+    """For a scheduled job's run or an alert's route: the only tools its analysis may use (None:
+    all of them)."""
+    alert: AlertOrigin | None = None
+    """For an alert's messages: the incident they concern (its card names it)."""
 
     @cached_property
     def person(self) -> str:
@@ -117,8 +163,8 @@ class ChatEvent(BaseModel):
         What authority checks, the two-person rule and the audit trail's `who` compare; display
         keeps `author_name or author`.
         """
-        if self.author_kind is AuthorKind.SCHEDULER:
-            return self.author  # `scheduler:<job id>` already
+        if self.author_kind in (AuthorKind.SCHEDULER, AuthorKind.ALERT):
+            return self.author  # `scheduler:<job id>` or `alert:<sender>` already
         return person_of(self.platform, self.author)
 
     @cached_property
@@ -142,11 +188,11 @@ def person_of(platform: Platform | str, author: str) -> str:
     author can pass for another platform's person.
     """
     head, sep, _ = author.partition(":")
-    if sep and head in (str(platform), SCHEDULER):
+    if sep and head in (str(platform), SCHEDULER, ALERT):
         return author
     return f"{platform}:{author}"
 
 
 def is_unattended(requester: str) -> bool:
-    """Whether `requester` is a scheduled job rather than a person (`scheduler:<job id>`)."""
-    return requester.startswith(f"{SCHEDULER}:")
+    """Whether `requester` is a scheduled job or an alert rather than a person."""
+    return requester.startswith((f"{SCHEDULER}:", f"{ALERT}:"))

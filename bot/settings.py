@@ -185,6 +185,33 @@ class Settings(BaseSettings):
     scheduled_jobs: str = Field(default="", validation_alias="CHATOPS_SCHEDULED_JOBS")
     """A JSON list of cron jobs `chatops scheduler` runs as ordinary turns (format in
     `bot.ops.scheduled_jobs.ScheduledJob`); empty: none."""
+    alert_token: SecretStr | None = Field(default=None, validation_alias="CHATOPS_ALERT_TOKEN")
+    """The bearer token Alertmanager and Grafana send (`Authorization: Bearer <token>`), compared
+    in constant time. Unset or empty: `POST /alerts/alertmanager` and `/alerts/grafana` answer
+    404."""
+    grafana_secret: SecretStr | None = Field(
+        default=None, validation_alias="CHATOPS_GRAFANA_SECRET"
+    )
+    """The HMAC secret of a Grafana webhook contact point, when one is configured: each request's
+    `X-Grafana-Alerting-Signature` is then checked too. Unset or empty: the token alone."""
+    pagerduty_secret: SecretStr | None = Field(
+        default=None, validation_alias="CHATOPS_PAGERDUTY_SECRET"
+    )
+    """A PagerDuty v3 webhook subscription's signing secret (`X-PagerDuty-Signature`). Unset or
+    empty: `POST /alerts/pagerduty` answers 404."""
+    alert_routes: str = Field(default="", validation_alias="CHATOPS_ALERT_ROUTES")
+    """A JSON list of alert routes, first match wins (format in `bot.policy.alert_routes`): the
+    matchers, the channel, the mode (`notify`, `triage`, `investigate`), the tools. An invalid
+    route stops the ingress at start-up. Empty: every alert is unrouted (counted, dropped)."""
+    alert_max_per_hour: int = Field(
+        default=10, ge=1, le=10_000, validation_alias="CHATOPS_ALERT_MAX_PER_HOUR"
+    )
+    """New incidents one route opens in an hour at most; the rest are held back, and one notice
+    in the route's channel says so."""
+    alert_triage_steps: int = Field(default=4, ge=1, validation_alias="CHATOPS_ALERT_TRIAGE_STEPS")
+    """`CHATOPS_MAX_STEPS` of an analysis a `triage` route starts."""
+    memory_days: int = Field(default=90, ge=1, le=3650, validation_alias="CHATOPS_MEMORY_DAYS")
+    """How far back `past_analyses` looks by default, and how long analyses are remembered."""
     scheduler_metrics_port: int = Field(
         default=0, ge=0, le=65_535, validation_alias="CHATOPS_SCHEDULER_METRICS_PORT"
     )
@@ -245,7 +272,14 @@ class Settings(BaseSettings):
                 f"{text[:80]!r} is not auto, required, omit or function:<tool name>"
             ) from None
 
-    @field_validator("console_token", "otel_endpoint", mode="before")
+    @field_validator(
+        "console_token",
+        "otel_endpoint",
+        "alert_token",
+        "grafana_secret",
+        "pagerduty_secret",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         """`CHATOPS_CONSOLE_TOKEN=` (as in `.env.example`) leaves the console off."""

@@ -7,8 +7,8 @@ the full product (author kind × event kind × thread relation × run state × m
 product, so an enum member added without a row fails. The principles the rows encode:
 
 - Only a person can steer, stop or approve. This bot's own posts and platform notices are never
-  input; sub-agent reports and scheduler messages never cut a turn (they wait for it to end);
-  other bots may open an analysis with an @mention and are otherwise ignored.
+  input; sub-agent reports, scheduler messages and alerts never cut a turn (they wait for it to
+  end); other bots may open an analysis with an @mention and are otherwise ignored.
 - A plain reply steers only while the thread's session has a turn live or queued; otherwise a
   person needs the explicit marker, an @mention, to start one.
 - A stop is never dropped: it is recorded in any state (a tombstone also covers a request sent
@@ -188,6 +188,16 @@ scheduler           message       no_session  *               kill_switch       
 subagent            message       no_session  *               none|mention|stop|resume  ignore
 subagent            message       no_session  *               kill_switch               ignore
 subagent|scheduler  edit          *           *               *                         ignore
+# An alert opens its incident's analysis in a thread of its own; the incident's later
+# notifications (alerts joining, resolved) reach a live or queued turn as notices and never cut
+# it, and wake nothing once the analysis has ended: they are posted in the thread only.
+alert               message       no_session  *               none|mention|stop|resume  start
+alert               message       no_session  *               kill_switch               start
+alert               message       bot_thread  idle            none|mention|stop|resume  ignore
+alert               message       bot_thread  idle            kill_switch               ignore
+alert               message       bot_thread  queued|running  none|mention|stop|resume  queue
+alert               message       bot_thread  queued|running  kill_switch               queue
+alert               action|edit   *           *               *                         ignore
 """
 """The policy as written: author, event, relation, state, marker, decision. `*` is every member,
 `a|b` either; a comment gives the reason of the rows below it. Rows may overlap only where they
