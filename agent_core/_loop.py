@@ -21,7 +21,7 @@ Contract (docs/design.md §Invariants I1–I4):
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
@@ -86,6 +86,14 @@ class LoopLimits:
                 f"the answer reserve ({self.answer_reserve_tokens} tokens) must be less than half "
                 f"the context window ({self.context_window_tokens} tokens)"
             )
+
+
+def _budget_of(budget: Budget, request: TurnRequest) -> Budget:
+    """The runtime's budget, with the request's own cap on model requests when it is lower."""
+    cap = request.max_model_requests
+    if cap is None or cap >= budget.max_model_requests:
+        return budget
+    return replace(budget, max_model_requests=max(cap, 1))
 
 
 Step = RunResult | Closed | None
@@ -178,7 +186,7 @@ class Runtime:
             diag=RunDiagnostics(session_id=request.session_id, turn_id=request.turn_id),
             store=self._store,
             sinks=tuple(s for s in (self._sink, sink) if s is not None),
-            meter=BudgetMeter(self._limits.budget),
+            meter=BudgetMeter(_budget_of(self._limits.budget, request)),
             toolset=self._toolset if request.tools is None else self._toolset.only(request.tools),
         )
         _trace_signals(run)

@@ -54,6 +54,9 @@ class TurnRequest:
     tools: frozenset[str] | None = None
     """When set, the turn offers only the runtime's tools with these names (a scheduled job's
     toolset); names the runtime does not have are ignored."""
+    max_model_requests: int | None = None
+    """When set, the turn's model requests with tools are capped at this (an alert's triage: a
+    short analysis); never more than the runtime's budget allows."""
 
 
 @dataclass(eq=False)

@@ -155,6 +155,9 @@ class ChatEvent(BaseModel):
     all of them)."""
     alert: AlertOrigin | None = None
     """For an alert's messages: the incident they concern (its card names it)."""
+    max_steps: int | None = None
+    """For a triage route's analysis: model requests with tools per turn, at most (fewer than
+    `CHATOPS_MAX_STEPS`; None: the worker's own)."""
 
     @cached_property
     def person(self) -> str:

@@ -252,6 +252,7 @@ class TurnChain:
             fence=Fence(self._keys.live_turn(session), chain.lease.token),
             requester=chain.job.event.author,
             tools=self._tools_of(chain.job.event),
+            max_model_requests=chain.job.event.max_steps,
         )
         signals = self._runtime.signals_for(request)
         self._subagents.running(session, chain.job.event)

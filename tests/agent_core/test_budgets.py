@@ -66,6 +66,39 @@ async def test_h12_step_limit_wraps_up_with_one_tool_less_request(
     assert outcome.result.answer == "Checkout is slow because of the database."
 
 
+async def test_a_request_caps_its_own_steps_below_the_runtime_budget(
+    make_runtime, fake_llm, slow_service
+) -> None:
+    """An alert's triage asks for fewer steps than the worker's budget: two, then the wrap-up."""
+    fake_llm.script(
+        *(fp.ToolCallsReply([probe(slow_service, f"/health?n={n}")]) for n in range(2)),
+        fp.TextReply("Triage: the database is slow."),
+    )
+    runtime = make_runtime(budget=Budget(max_model_requests=10))
+    task = (UserMessage(content="Why is checkout slow?", author="alice"),)
+    request = TurnRequest(session_id=SESSION, turn_id="t1", inputs=task, max_model_requests=2)
+    outcome = await runtime.run(request)
+
+    assert [bool(r.tools) for r in fake_llm.requests] == [True, True, False]
+    await assert_wrapped_up(runtime, fake_llm, outcome, "step limit reached (2 model requests)")
+
+
+async def test_a_request_cannot_raise_the_runtime_budget(
+    make_runtime, fake_llm, slow_service
+) -> None:
+    fake_llm.script(
+        fp.ToolCallsReply([probe(slow_service)]),
+        fp.TextReply("Done."),
+    )
+    runtime = make_runtime(budget=Budget(max_model_requests=1))
+    task = (UserMessage(content="Why is checkout slow?", author="alice"),)
+    request = TurnRequest(session_id=SESSION, turn_id="t1", inputs=task, max_model_requests=50)
+    outcome = await runtime.run(request)
+
+    assert [bool(r.tools) for r in fake_llm.requests] == [True, False]
+    await assert_wrapped_up(runtime, fake_llm, outcome, "step limit reached (1 model requests)")
+
+
 async def test_h12_a_repeated_identical_call_runs_at_most_twice_then_the_loop_ends(
     make_runtime, fake_llm, slow_service
 ) -> None:
