@@ -6,6 +6,7 @@ keys share a Redis Cluster slot); this module adds the ingress and queue names a
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -146,6 +147,29 @@ class BotKeys:
         """The session of the analysis `turn_id` starts (`bot.state.runs`: the replay index)."""
         return f"{self.prefix}:run:{turn_id}"
 
+    # The memory of past analyses (`bot.state.memory`) is global, not per session: the next
+    # firing of an alert opens another thread (another session), and what was found must
+    # outlive the thread's own keys. Its keys share one hash tag, `{memory}`, so a booking's
+    # transaction stays in one Redis Cluster slot.
+
+    @property
+    def memory_index(self) -> str:
+        """Sorted set of the booked analyses' turn ids, scored by when each was booked (s)."""
+        return f"{self.prefix}:{{memory}}:index"
+
+    def memory_alert(self, alert_name: str) -> str:
+        """Sorted set of one alert's booked analyses by time; the name hashed (any text)."""
+        digest = hashlib.sha256(alert_name.encode()).hexdigest()[:32]
+        return f"{self.prefix}:{{memory}}:alert:{digest}"
+
+    def memory_record(self, turn_id: str) -> str:
+        """One booked analysis (JSON `PastAnalysis`), expiring at the end of its window."""
+        return f"{self.prefix}:{{memory}}:analysis:{turn_id}"
+
+    def memory_wrong(self, turn_id: str) -> str:
+        """Who marked a booked analysis's answer wrong, and when (the first mark, kept)."""
+        return f"{self.prefix}:{{memory}}:wrong:{turn_id}"
+
     def stopped_at(self, session_id: str) -> str:
         """Platform time of the session's latest stop: requests sent before it never start."""
         return self.session.key(session_id, BotSessionKey.STOPPED_AT)
@@ -206,3 +230,48 @@ class BotKeys:
     def console_message(self, message_id: str) -> str:
         """A console card's message: present while the card may be updated."""
         return f"{self.prefix}:console:message:{message_id}"
+
+    @property
+    def alerts_stream(self) -> str:
+        """Stream of routed alert notifications, written before the sender is answered.
+
+        The workers' alert dispatchers read it through a consumer group.
+        """
+        return f"{self.prefix}:alerts"
+
+    @property
+    def alerts_dead(self) -> str:
+        """Stream of alert notifications set aside after failing too often."""
+        return f"{self.prefix}:alerts:dead"
+
+    @property
+    def alerts_group(self) -> str:
+        """The dispatchers' consumer group on the alerts stream."""
+        return "dispatchers"
+
+    def seen_alert(self, digest: str) -> str:
+        """Dedupe marker of one notification's content (a sender's retry, a repeat)."""
+        return f"{self.prefix}:seen-alert:{digest}"
+
+    def incident(self, incident: str) -> str:
+        """One incident's record (JSON `bot.state.incidents.IncidentRecord`).
+
+        Hash-tagged with the keys below, so what one incident needs lives in one slot.
+        """
+        return f"{self.prefix}:incident:{{{incident}}}"
+
+    def incident_seen(self, incident: str) -> str:
+        """Set of the incident's alerts already taken in (`fingerprint|startsAt|status`)."""
+        return f"{self.prefix}:incident:{{{incident}}}:seen"
+
+    def incident_lock(self, incident: str) -> str:
+        """Held by the dispatcher taking in one of the incident's notifications."""
+        return f"{self.prefix}:incident:{{{incident}}}:lock"
+
+    def alert_route_opened(self, route: str) -> str:
+        """Sorted set of the incidents a route opened, scored by when (its hourly limit)."""
+        return f"{self.prefix}:alert-route:{{{route}}}:opened"
+
+    def alert_route_held_notice(self, route: str) -> str:
+        """Set while a route's hold-back notice of the hour has been posted."""
+        return f"{self.prefix}:alert-route:{{{route}}}:held-notice"

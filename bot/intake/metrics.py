@@ -28,6 +28,12 @@ class IngressMetrics:
             ["platform", "status"],
             registry=self.registry,
         )
+        self.alerts = Counter(
+            "chatops_ingress_alerts",
+            "Alert notifications by sender and outcome (accepted, duplicate, unrouted, ignored)",
+            ["sender", "outcome"],
+            registry=self.registry,
+        )
         self.unavailable = Counter(
             "chatops_ingress_unavailable",
             "Events answered 503 because Redis could not take them in time",

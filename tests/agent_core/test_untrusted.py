@@ -30,7 +30,8 @@ from agent_core._untrusted import (
 SECRET = "xoxb-" + "1111111111-2222222222-" + "SecretSecretSecret"
 _ANY_MARKER = re.compile(
     r"<[\s/\\\u200b-\u200f\u2060\ufeff]*"
-    r"(tool_output|tool_error|subagent_report|subagent_message|chat_message|context_summary)",
+    r"(tool_output|tool_error|subagent_report|subagent_message|chat_message|context_summary"
+    r"|alert_notification)",
     re.IGNORECASE,
 )
 """Any spelling of any frame's marker, as a model might read it (written for the tests)."""

@@ -37,6 +37,7 @@ KNOWN_CROSS_SLOT = {
     "bot.control:subagents_dispatch",
     "bot.control:subagents_move",
     "bot.control:subagents_park",
+    "bot.intake:alert_intake_write",
     "bot.intake:queue_submit",
     "bot.publishing:card_record_abandon",
     "bot.publishing:card_record_claim",
@@ -61,6 +62,9 @@ SAMPLE_ARGS = {
     "message_id": "m1",
     "nonce": "n1",
     "name": "settles",
+    "incident": "sample-incident",
+    "route": "sample-route",
+    "digest": "sample-digest",
 }
 """The arguments a key builder is called with in the check, by parameter name."""
 
@@ -135,7 +139,7 @@ def test_the_loader_finds_every_lua_file() -> None:
         for path in (ROOT / source).rglob("*.lua")
     }
     assert {_id(p, n) for p, n in SCRIPTS} == on_disk
-    assert len(_runnable()) == 24
+    assert len(_runnable()) == 27
 
 
 def _lua_strings(path: pathlib.Path) -> list[int]:
