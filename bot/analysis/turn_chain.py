@@ -11,6 +11,10 @@ Contract:
   the card, never a reason not to start.
 - A completed turn with an empty answer (not steered) climbs the remedy ladder: it is re-run
   with a nudge, at most `remedy_rungs` times.
+- An analysis that ends answered (completed, not steered, a non-empty answer) is booked once in
+  the memory of past analyses (`bot.state.memory`), after its last turn settled: its task from
+  the event that started it, its answer, its alert. A sub-agent's is not; a booking that fails
+  is logged and never fails the analysis.
 - A drained turn is settled `drained` and its continuation queued for any worker; the card stays
   live. An analysis that would need more than `max_turns` turns fails ("too many turns").
 - `run` returns how the analysis ended (`bot.analysis.outcomes`: a final card, handed over, or
@@ -21,6 +25,7 @@ Contract:
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import assert_never
 
@@ -60,6 +65,7 @@ from bot.keys import BotKeys
 from bot.state.audit import TurnAudit
 from bot.state.followups import Followups
 from bot.state.lease import Lease, LeaseLost
+from bot.state.memory import MemoryBook, PastAnalysis
 from bot.state.settle import SettleWriter, verdict_of
 from bot.state.turn_jobs import TurnJob
 from bot.tracing import traced_turn
@@ -135,8 +141,10 @@ class TurnChain:
         max_turns: int,
         subagents: SubagentDesk,
         thread_context: ThreadContext | None = None,
+        memory: MemoryBook | None = None,
     ) -> None:
         self._runtime = runtime
+        self._memory = memory
         self._thread_context = thread_context
         self._keys = keys
         self._settle = settle
@@ -241,7 +249,24 @@ class TurnChain:
         """Settle the last turn of an analysis, stop its sub-agents, and end its card."""
         await self._settlement.settle_or_lose(outcome, chain.lease)
         await self._stop_children(chain, result)
+        await self._remember(chain, outcome)
         return FinalCard(self._final(chain, result))
+
+    async def _remember(self, chain: Chain, outcome: RunOutcome) -> None:
+        """Book an answered analysis in the memory of past analyses; never fail it.
+
+        Booked under the analysis's turn id (its card's, which its Stop button carries), so a
+        taken-over analysis that answers again keeps its first booking.
+        """
+        event, result = chain.job.event, outcome.result
+        if self._memory is None or event.platform is Platform.SUBAGENT:
+            return
+        if not isinstance(result, Completed) or not verdict_of(outcome).automation:
+            return
+        analysis = PastAnalysis.of(
+            event, turn_id=chain.tracker.card.turn_id, answer=result.answer, when=time.time()
+        )
+        await self._memory.book_safely(analysis)
 
     async def _run_turn(self, chain: Chain, inputs: list[UserMessage]) -> RunOutcome:
         session = chain.job.session_id

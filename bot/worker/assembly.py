@@ -34,6 +34,7 @@ from bot.settings import Settings
 from bot.state.audit import AuditedModel, AuditLog
 from bot.state.followups import Followups
 from bot.state.lease import Leases
+from bot.state.memory import MemoryBook
 from bot.state.runs import RunIndex
 from bot.state.settle import Pricing, SettleWriter
 from bot.worker.clients import (
@@ -75,6 +76,7 @@ def build_actor(
     failpoints: Failpoints | None = None,
     subagents: SubagentDesk | None = None,
     thread_context: ThreadContext | None = None,
+    memory: MemoryBook | None = None,
 ) -> Actor:
     """The worker's actor, with every collaborator it uses built here, once.
 
@@ -89,6 +91,7 @@ def build_actor(
         failpoints: Where a test kills the worker; none armed by default.
         subagents: The sub-agent desk the tools share; one of its own by default.
         thread_context: Reads a mention's thread for its analysis; none by default.
+        memory: Where answered analyses are booked (`bot.state.memory`); none by default.
     """
     options = options or ActorOptions()
     subagents = subagents or SubagentDesk(SubagentRegistry(redis, keys))
@@ -104,6 +107,7 @@ def build_actor(
         max_turns=options.max_turns,
         subagents=subagents,
         thread_context=thread_context,
+        memory=memory,
     )
     parts = ActorParts(
         runtime=runtime,
@@ -145,6 +149,7 @@ async def _open_runtime(
     failpoints: Failpoints,
     subagents: SubagentDesk,
     stack: AsyncExitStack,
+    memory: MemoryBook | None = None,
 ) -> Runtime:
     """The runtime of the turns, its model client and tools opened on `stack`, in that order.
 
@@ -157,7 +162,7 @@ async def _open_runtime(
     team = await read_team_instructions(settings.instructions_file)
     model, openai_client = build_chat_model(settings)
     stack.push_async_callback(openai_client.close)
-    toolset = await open_toolset(settings, stack, subagents)
+    toolset = await open_toolset(settings, stack, subagents, memory)
     runbooks = toolset.get(SEARCH_RUNBOOKS) is not None
     return Runtime(
         model=AuditedModel(model),
@@ -255,7 +260,8 @@ async def open_worker(
         keys = BotKeys()
         failpoints = _failpoints(settings)
         subagents = SubagentDesk(SubagentRegistry(redis, keys))
-        runtime = await _open_runtime(settings, redis, failpoints, subagents, stack)
+        memory = MemoryBook(redis, keys, days=settings.memory_days)
+        runtime = await _open_runtime(settings, redis, failpoints, subagents, stack, memory)
         leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
         actor = build_actor(
             runtime=runtime,
@@ -270,6 +276,7 @@ async def open_worker(
             thread_context=ThreadContext(
                 thread_readers(settings), max_tokens=settings.thread_context_tokens
             ),
+            memory=memory,
         )
         port = settings.worker_metrics_port if metrics_port is None else metrics_port
         await _serve(stack, lambda: metrics.scrape(redis, keys), metrics_host, port)

@@ -4,11 +4,11 @@ Contract: every client and session opened here is closed by the caller's stack, 
 the order they open in: the shared HTTP client, the `http_get` client, the probe's client, the
 runbooks' index, then the MCP sessions. A setting that cannot work raises `BotConfigError`
 naming it (`CHATOPS_MCP_SERVERS: ...`) before any tool runs. The tools keep one order
-(`http_get`, the sub-agent tools, then probe, Prometheus, shell, runbooks and MCP as
-configured), and the MCP SDK is imported only when `CHATOPS_MCP_SERVERS` is set. The runbooks'
-index is built in a worker thread (`RunbookLibrary.open`), so a large folder does not stall the
-loop. The offered tools are logged once, by name; the set never changes while the worker runs
-(an MCP server that goes down keeps its tools offered, see `agent_core.tools._mcp`).
+(`http_get`, the sub-agent tools, then probe, Prometheus, shell, runbooks, `past_analyses` and
+MCP as configured), and the MCP SDK is imported only when `CHATOPS_MCP_SERVERS` is set. The
+runbooks' index is built in a worker thread (`RunbookLibrary.open`), so a large folder does not
+stall the loop. The offered tools are logged once, by name; the set never changes while the
+worker runs (an MCP server that goes down keeps its tools offered, see `agent_core.tools._mcp`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from agent_core import (
 from bot.control.subagent_desk import SubagentDesk
 from bot.errors import BotConfigError
 from bot.settings import Settings
+from bot.state.memory import MemoryBook
+from bot.worker.memory_tool import past_analyses_tool
 
 __all__ = ["open_toolset"]
 
@@ -50,7 +52,10 @@ log = logging.getLogger(__name__)
 
 
 async def open_toolset(
-    settings: Settings, stack: AsyncExitStack, subagents: SubagentDesk
+    settings: Settings,
+    stack: AsyncExitStack,
+    subagents: SubagentDesk,
+    memory: MemoryBook | None = None,
 ) -> Toolset:
     """Every configured tool, guarded, with its clients closed by `stack`.
 
@@ -58,6 +63,7 @@ async def open_toolset(
         settings: Which tools are configured, and their bounds.
         stack: Closes the HTTP clients and the MCP sessions.
         subagents: The sub-agent desk the sub-agent tools dispatch to.
+        memory: The memory of past analyses `past_analyses` searches; None: not offered.
 
     Raises:
         BotConfigError: A tool's setting cannot work (the message names the setting).
@@ -74,6 +80,7 @@ async def open_toolset(
         *_prometheus_tools(settings, http, limit),
         *_shell_tools(settings),
         *await _runbook_tools(settings, stack),
+        *([past_analyses_tool(memory)] if memory is not None else []),
         *await _mcp_tools(settings, stack, limit),
     ]
     # The one toolset for the worker's lifetime: an MCP server that goes down keeps its tools.

@@ -45,7 +45,13 @@ async def test_secrets_are_redacted_framed_and_injected_calls_run_nothing(
 
     # A1: only read-only tools are offered; the injected call answers "unknown", runs nothing.
     offered = {t["function"]["name"] for t in fake_llm.requests[0].tools or []}
-    assert offered == {"http_get", "http_probe", "dispatch_subagent", "answer_child"}
+    assert offered == {
+        "http_get",
+        "http_probe",
+        "dispatch_subagent",
+        "answer_child",
+        "past_analyses",
+    }
     refused = fake_llm.requests[2].messages[-1]
     assert refused["role"] == "tool"
     assert refused["content"].startswith("error: unknown tool 'delete_everything'")
