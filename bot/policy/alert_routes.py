@@ -1,14 +1,14 @@
-"""`CHATOPS_ALERT_ROUTES`: which channel an alert goes to, and what the bot does with it.
+r"""`CHATOPS_ALERT_ROUTES`: which channel an alert goes to, and what the bot does with it.
 
 A JSON list of routes, first match wins:
 
     [{"name": "checkout",
-      "matchers": ["alertname=\\"CheckoutLatencyHigh\\"", "severity=~\\"critical|page\\""],
+      "matchers": ["alertname=\"CheckoutLatencyHigh\"", "severity=~\"critical|page\""],
       "platform": "slack", "channel": "C0123", "mode": "investigate",
       "tools": ["prometheus_query", "http_get"]}]
 
 - `matchers`: Alertmanager's own matcher syntax (`name="value"`, `!=`, `=~`, `!~`; the value
-  double-quoted with `\\"`, `\\\\` and `\\n` escapes, or bare as Alertmanager also accepts it). A
+  double-quoted with `\"`, `\\` and `\n` escapes, or bare as Alertmanager also accepts it). A
   regular expression is anchored at both ends, as Alertmanager anchors it, and runs on RE2, so
   matching is linear in the label's length whatever the pattern. A label an alert lacks matches
   as the empty string. An empty list matches every alert.
@@ -21,8 +21,8 @@ A notification is matched on its common labels (for PagerDuty: `service`, `urgen
 `title`); when no route takes those, on each alert's own labels in turn, so a group whose alerts
 differ in a label a route names still finds the route its first matching alert asks for.
 
-Bounds: 200 routes, 50 matchers a route, a regular expression of 1 KiB, the first 20 alerts. An invalid route stops
-start-up with a message naming it (`BotConfigError`).
+Bounds: 200 routes, 50 matchers a route, a regular expression of 1 KiB, the first 20 alerts. An
+invalid route stops start-up with a message naming it (`BotConfigError`).
 """
 
 from __future__ import annotations
@@ -62,8 +62,12 @@ class Matcher:
     __slots__ = ("_regex", "name", "op", "value")
 
     def __init__(self, name: str, op: str, value: str) -> None:
-        """Raises: ValueError: An operator that is not one of `=`, `!=`, `=~`, `!~`, or an
-        invalid or too long regular expression."""
+        """Compile the matcher.
+
+        Raises:
+            ValueError: An operator other than `=`, `!=`, `=~`, `!~`, or an invalid or too long
+                regular expression.
+        """
         if op not in _OPS:
             raise ValueError(f"unknown operator {op!r}")
         self.name, self.op, self.value = name, op, value

@@ -1,4 +1,4 @@
-"""`CHATOPS_ALERT_ROUTES`: Alertmanager's matcher syntax, first match wins, errors name the route."""
+"""`CHATOPS_ALERT_ROUTES`: Alertmanager's matcher syntax, first match wins, errors name routes."""
 
 from __future__ import annotations
 
