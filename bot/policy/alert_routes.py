@@ -31,7 +31,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-import re2
+import re2  # type: ignore[import-untyped]
 from pydantic import (
     BaseModel,
     BeforeValidator,
