@@ -2,7 +2,9 @@
 
 `ProgressCard` is what a person in the thread sees of a turn; `render_slack` and `render_feishu`
 turn it into each platform's JSON within the limits in `cards._limits`, `render_console` into
-plain text for a terminal. Posting and updating the card is `bot`'s job.
+plain text for a terminal. A `Notice` (a message the bot posts on its own, such as an alert's
+root message) is rendered alike by `render_slack_notice`, `render_feishu_notice` and
+`render_console_notice`. Posting and updating is `bot`'s job.
 """
 
 from cards._console import render_console
@@ -26,6 +28,13 @@ from cards._model import (
     ProgressCard,
     StepState,
 )
+from cards._notice import (
+    Notice,
+    render_console_notice,
+    render_feishu_notice,
+    render_slack_notice,
+    safe_url,
+)
 from cards._slack import render_slack, slack_text
 
 __all__ = [
@@ -40,12 +49,17 @@ __all__ = [
     "Intervention",
     "InterventionKind",
     "LimitExceeded",
+    "Notice",
     "ProgressCard",
     "SlackLimits",
     "StepState",
     "render_console",
+    "render_console_notice",
     "render_feishu",
+    "render_feishu_notice",
     "render_slack",
+    "render_slack_notice",
+    "safe_url",
     "slack_text",
     "truncate",
 ]

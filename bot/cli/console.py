@@ -21,7 +21,7 @@ from typing import TextIO
 
 import redis.asyncio as aioredis
 
-from bot.adapters.console.channel import ConsoleChannel, ConsoleRefused, Screen
+from bot.adapters.console.channel import ConsoleChannel, ConsoleRefused, NoticeView, Screen
 from bot.demo.stack import StackError, local_stack
 
 __all__ = ["HELP", "run_console"]
@@ -81,8 +81,10 @@ async def _show_cards(channel: ConsoleChannel, screen: Screen, left: asyncio.Eve
     console went on reading cards after `/quit`. A read blocks at most `READ_BLOCK_MS`.
     """
     while not left.is_set():
-        view = await channel.next_update()
-        if view is not None:
+        view = await channel.next_entry()
+        if isinstance(view, NoticeView):
+            screen.notice(view)
+        elif view is not None:
             screen.card(view)
 
 

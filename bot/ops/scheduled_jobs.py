@@ -8,14 +8,16 @@ settle lands in the books (a completed answer in `automation`), and the card's S
 "stop" reply in its thread and the kill switch all stop it.
 
 Where the card goes. Every platform adapter posts a card as a reply in a thread (Slack
-`thread_ts`, Feishu a reply to the root message), and the session (what a Stop button or a
-"stop" reply is routed to) is keyed by that thread's root. A card posted as a new top-level
-message would root a thread of its own whose id is known only after the post, so neither its
-button nor a reply in its thread would reach the run's session. So each run starts a thread:
-the scheduler posts a short top-level message naming the job, and the run's card follows in
-that thread like any mention's card. On the console a thread is any id the client names, so
-the run's id is its thread and nothing is posted first. Feishu is refused for now: its
-adapter can only reply to a message, not post one at the top of a chat.
+`thread_ts`, Feishu a reply in the root message's topic), and the session (what a Stop button
+or a "stop" reply is routed to) is keyed by that thread's root. A card posted as a new
+top-level message would root a thread of its own whose id is known only after the post, so
+neither its button nor a reply in its thread would reach the run's session. So each run starts
+a thread: the scheduler posts a short top-level notice naming the job through the platform's
+`ChannelPoster` (`bot.publishing.channel_posts`), and the run's event carries the root's
+workspace and thread (Slack's team and `ts`, Feishu's tenant and root `message_id`), so the
+run's card follows in that thread like any mention's card. On the console a thread is any id
+the client names: the run's id names it, under a notice of its own. The root's idempotency
+key is the run's id, so Feishu posts it once even when a firing is retried.
 
 Exactly once per fire time, across any number of schedulers. Every scheduler fires every job
 (the leader lock is not consulted: a hand-over mid-minute could fire twice or not at all).
@@ -38,7 +40,7 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import redis.asyncio as aioredis
@@ -51,16 +53,18 @@ from bot.events import AuthorKind, ChatEvent, Platform
 from bot.intake.queue import DEDUPE_TTL_S, Queue
 from bot.intake.routing import RoutingOutcome, route_event
 from bot.keys import BotKeys
-from bot.publishing.platform import PlatformRejected
+from bot.publishing.channel_posts import ChannelPoster
 from bot.settings import Settings
+from bot.worker.clients import channel_posters
+from cards import Notice
 
 __all__ = [
     "MISFIRE_GRACE_S",
     "ScheduledJob",
     "ScheduledJobs",
-    "ThreadStarter",
     "latest_fire_time",
     "parse_jobs",
+    "root_notice",
     "run_event_id",
     "scheduled_jobs_from",
 ]
@@ -91,7 +95,7 @@ class ScheduledJob(BaseModel):
     """IANA zone the cron fields are read in (`Europe/Berlin`)."""
     platform: Platform
     channel: _Text
-    """Slack channel id; console channel name."""
+    """Slack channel id; Feishu chat id (`oc_…`); console channel name."""
     prompt: _Text
     """The task, as a person would write it after the mention."""
     tools: tuple[_Text, ...] | None = None
@@ -161,11 +165,6 @@ def _job(entry: object, label: str) -> ScheduledJob:
             f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors()
         )
         raise BotConfigError(f"CHATOPS_SCHEDULED_JOBS: {label}: {problems}") from exc
-    if job.platform is Platform.FEISHU:
-        raise BotConfigError(
-            f"CHATOPS_SCHEDULED_JOBS: {label}: feishu is not supported yet (a run needs a "
-            "top-level message to thread its card under, which the Feishu adapter cannot post)"
-        )
     try:
         job.trigger()
     except ZoneInfoNotFoundError as exc:
@@ -207,58 +206,14 @@ def latest_fire_time(
     return latest
 
 
-class ThreadStarter(Protocol):
-    """Opens the thread a run's card goes in."""
-
-    async def start(self, job: ScheduledJob, fire_time: datetime, run_id: str) -> tuple[str, str]:
-        """Start a thread for one run; return (workspace, thread root id)."""
-        ...
-
-
-class ConsoleThreads:
-    """Console threads are named by their client: the run's id names its thread."""
-
-    async def start(self, job: ScheduledJob, fire_time: datetime, run_id: str) -> tuple[str, str]:
-        """Return the console's workspace and `run_id`; nothing is posted."""
-        from bot.adapters.console.inbound import CONSOLE_WORKSPACE
-
-        return CONSOLE_WORKSPACE, run_id
-
-
-class SlackThreads:
-    """Starts each run's thread with a top-level `chat.postMessage` naming the job.
-
-    `ChatPlatform` posts cards into threads only, so this uses the Slack adapter's client
-    factory and error map directly (no SDK import here); it belongs in the adapter once the
-    platform interface has a top-level post.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._team = ""
-
-    async def start(self, job: ScheduledJob, fire_time: datetime, run_id: str) -> tuple[str, str]:
-        """Post the thread's first message; return the workspace and its ts.
-
-        Raises:
-            PlatformError: One of its subclasses, from the Slack adapter's error map.
-            BotConfigError: Slack's `auth.test` refused the token.
-        """
-        from bot.adapters.slack.cards import map_slack_errors
-        from bot.adapters.slack.client import fetch_identity, web_client
-
-        if not self._team:  # the team id events carry, so a reply's session is the run's
-            self._team = (await fetch_identity(self._settings)).team_id
-        local = fire_time.astimezone(ZoneInfo(job.timezone)).strftime("%Y-%m-%d %H:%M")
-        with map_slack_errors():
-            response = await web_client(self._settings).chat_postMessage(
-                channel=job.channel,
-                text=f"Scheduled job `{job.id}` ({local} {job.timezone}): {job.prompt}",
-            )
-        ts = response.get("ts")
-        if not isinstance(ts, str) or not ts:
-            raise PlatformRejected(f"chat.postMessage answered without a ts for job {job.id}")
-        return self._team, ts
+def root_notice(job: ScheduledJob, fire_time: datetime) -> Notice:
+    """The top-level message a run's thread starts with: the job, when, and its task."""
+    local = fire_time.astimezone(ZoneInfo(job.timezone)).strftime("%Y-%m-%d %H:%M")
+    return Notice(
+        title=f"Scheduled job {job.id}",
+        lines=(job.prompt,),
+        fields=(("Scheduled for", f"{local} {job.timezone}"),),
+    )
 
 
 class ScheduledJobs:
@@ -270,16 +225,16 @@ class ScheduledJobs:
         redis: aioredis.Redis,
         keys: BotKeys,
         jobs: Sequence[ScheduledJob],
-        threads: Mapping[Platform, ThreadStarter],
+        posters: Mapping[Platform, ChannelPoster],
         holder: str,
     ) -> None:
-        """Wire the jobs to their queue and thread starters.
+        """Wire the jobs to their queue and the platforms' posters (which start each thread).
 
         Raises:
             BotConfigError: A job's platform is not configured.
         """
         for job in jobs:
-            if job.platform not in threads:
+            if job.platform not in posters:
                 raise BotConfigError(
                     f"CHATOPS_SCHEDULED_JOBS: job {job.id!r}: platform {job.platform} is not "
                     "configured"
@@ -288,7 +243,7 @@ class ScheduledJobs:
         self._keys = keys
         self._queue = Queue(redis, keys)
         self.jobs = tuple(jobs)
-        self._threads = threads
+        self._posters = posters
         self._holder = holder
         self._triggers = {job.id: job.trigger() for job in jobs}
 
@@ -331,13 +286,14 @@ class ScheduledJobs:
             claimed = await self._redis.set(claim, self._holder, nx=True, ex=DEDUPE_TTL_S)
         if not claimed:
             return "fired elsewhere"
-        workspace, thread = await self._threads[job.platform].start(job, fire_time, run_id)
+        poster = self._posters[job.platform]
+        root = await poster.post_root(job.channel, root_notice(job, fire_time), key=run_id)
         event = ChatEvent(
             platform=job.platform,
             event_id=run_id,
-            workspace=workspace,
+            workspace=root.workspace,
             channel=job.channel,
-            thread=thread,
+            thread=root.thread,
             message_id="",  # deduped on the event id alone
             author=f"scheduler:{job.id}",
             author_name=f"scheduled job {job.id}",
@@ -371,9 +327,6 @@ def scheduled_jobs_from(
         BotConfigError: A job is invalid or its platform is not configured.
     """
     jobs = parse_jobs(settings.scheduled_jobs)
-    threads: dict[Platform, ThreadStarter] = {}
-    if Platform.SLACK in platforms:
-        threads[Platform.SLACK] = SlackThreads(settings)
-    if Platform.CONSOLE in platforms:
-        threads[Platform.CONSOLE] = ConsoleThreads()
-    return ScheduledJobs(redis=redis, keys=keys, jobs=jobs, threads=threads, holder=holder)
+    wanted = {job.platform for job in jobs} & set(platforms)
+    posters = channel_posters(settings, sorted(wanted), redis=redis)
+    return ScheduledJobs(redis=redis, keys=keys, jobs=jobs, posters=posters, holder=holder)

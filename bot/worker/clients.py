@@ -1,4 +1,4 @@
-"""The clients the worker and the scheduler share: Redis, card clients, thread readers.
+"""The clients the worker and the scheduler share: Redis, card clients, thread readers, posters.
 
 Contract: `open_clients` closes, through the caller's stack, only what it opened (a given Redis
 client is the caller's); the platforms' clients close before the Redis client they may write
@@ -9,6 +9,7 @@ without AOF is refused before anything is read (docs/reliability.md Q2).
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -19,6 +20,7 @@ from bot.control.subagent_desk import SubagentCards
 from bot.control.subagents import SubagentRegistry
 from bot.errors import BotConfigError
 from bot.events import Platform
+from bot.publishing.channel_posts import ChannelPoster
 from bot.publishing.metered_platform import MeteredPlatform
 from bot.publishing.platform import ChatPlatform
 from bot.publishing.thread_reader import ThreadReader
@@ -26,6 +28,7 @@ from bot.settings import Settings
 from bot.worker.metrics import WorkerMetrics
 
 __all__ = [
+    "channel_posters",
     "metered_platforms",
     "open_clients",
     "platforms_from",
@@ -112,6 +115,39 @@ def thread_readers(settings: Settings) -> dict[Platform, ThreadReader]:
 
         readers[Platform.FEISHU] = FeishuThreads.from_settings(settings)
     return readers
+
+
+def channel_posters(
+    settings: Settings, platforms: Iterable[Platform], *, redis: aioredis.Redis | None = None
+) -> dict[Platform, ChannelPoster]:
+    """The notice posters (top-level messages and their threads) of the given chat platforms.
+
+    Args:
+        settings: The platforms' credentials.
+        platforms: The platforms to post on (the keys of `platforms_from`'s answer will do);
+            a sub-agent has no channel and is passed over.
+        redis: The client the console's notices are written with; needed for the console.
+
+    Raises:
+        BotConfigError: A platform's credentials are incomplete, or the console is without Redis.
+    """
+    posters: dict[Platform, ChannelPoster] = {}
+    for platform in platforms:
+        if platform is Platform.SLACK:
+            from bot.adapters.slack.posts import SlackPoster
+
+            posters[platform] = SlackPoster(settings)
+        elif platform is Platform.FEISHU:
+            from bot.adapters.feishu.posts import FeishuPoster
+
+            posters[platform] = FeishuPoster.from_settings(settings)
+        elif platform is Platform.CONSOLE:
+            if redis is None:
+                raise BotConfigError("the console's notices (CHATOPS_CONSOLE_TOKEN) need Redis")
+            from bot.adapters.console.posts import ConsolePoster
+
+            posters[platform] = ConsolePoster(redis)
+    return posters
 
 
 def worker_redis(url: str) -> aioredis.Redis:

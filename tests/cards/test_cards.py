@@ -371,8 +371,9 @@ def test_truncate_never_exceeds_and_keeps_a_prefix(text: str, limit: int) -> Non
 
 def test_public_surface_is_pinned() -> None:
     expected = """CardApproval CardChild CardStatus CardStep ELLIPSIS FEISHU FeishuLimits
-        Intervention InterventionKind LimitExceeded ProgressCard SLACK SlackLimits StepState
-        render_console render_feishu render_slack slack_text truncate"""
+        Intervention InterventionKind LimitExceeded Notice ProgressCard SLACK SlackLimits StepState
+        render_console render_console_notice render_feishu render_feishu_notice render_slack
+        render_slack_notice safe_url slack_text truncate"""
     assert sorted(cards.__all__) == sorted(expected.split())
 
 

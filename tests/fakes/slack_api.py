@@ -14,6 +14,8 @@ Contract:
   query string, form body and JSON body merged (slack_sdk sends ``chat.postMessage`` as JSON,
   ``chat.delete`` as query parameters on an empty form POST, ``users.info`` as a GET).
 * Implemented: ``auth.test``, ``chat.postMessage``, ``chat.update``, ``chat.delete``,
+  ``chat.getPermalink`` (``{"ok": true, "channel", "permalink"}``, a reply's with
+  ``?thread_ts=…&cid=…``; an unknown ts ``message_not_found``),
   ``assistant.threads.setStatus``, ``conversations.replies`` (the parent first, then the replies
   oldest first; ``limit``, ``cursor``, ``latest``, ``oldest``, ``inclusive``, ``has_more`` and
   ``response_metadata.next_cursor`` as Slack pages them), ``users.info``. Messages are kept
@@ -418,6 +420,7 @@ class FakeSlackAPI(LoopbackAPI):
             "chat.postMessage": self._post_message,
             "chat.update": self._update,
             "chat.delete": self._delete,
+            "chat.getPermalink": self._permalink,
             "assistant.threads.setStatus": self._set_status,
             "conversations.replies": self._replies,
             "users.info": self._users_info,
@@ -672,6 +675,20 @@ class FakeSlackAPI(LoopbackAPI):
             return _err("cant_delete_message")
         del self._messages[(channel, ts)]
         return _ok(channel=channel, ts=ts)
+
+    def _permalink(self, params: dict[str, Any]) -> Simulated:
+        """``chat.getPermalink``: Slack's ``/archives/<channel>/p<ts without its dot>``."""
+        channel, ts = str(params.get("channel", "")), str(params.get("message_ts", ""))
+        if not _CHANNEL_ID.match(channel):
+            return _err("channel_not_found")
+        message = self._messages.get((channel, ts))
+        if message is None:
+            return _err("message_not_found")
+        link = f"https://fake-workspace.slack.com/archives/{channel}/p{ts.replace('.', '')}"
+        thread_ts = message.get("thread_ts")
+        if thread_ts and thread_ts != ts:
+            link += f"?thread_ts={thread_ts}&cid={channel}"
+        return _ok(channel=channel, permalink=link)
 
     def _set_status(self, params: dict[str, Any]) -> Simulated:
         channel = str(params.get("channel_id", ""))

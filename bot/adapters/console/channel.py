@@ -15,6 +15,10 @@ a redirect, a stop phrase, or conversation); `stop()` presses the live card's St
 the action carries the value of the card's buttons (`<call id>|<digest>`, the digest of the
 arguments the card showed), so the approval desk decides it as it decides a Slack or Feishu
 press. Only cards drawn since `start_reading` are known here.
+
+Notices the bot posts on its own (an alert's root message, what follows in its thread) come on
+the same stream as `notice` entries (`bot.adapters.console.posts`): `next_entry` reads them as
+a `NoticeView` and `Screen.notice` prints them as a message; `next_update` passes over them.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from bot.errors import ConsoleRefused
 from bot.keys import BotKeys
 from cards import CardApproval, CardStatus, ProgressCard
 
-__all__ = ["CardView", "ConsoleChannel", "ConsoleRefused", "Decision", "Screen"]
+__all__ = ["CardView", "ConsoleChannel", "ConsoleRefused", "Decision", "NoticeView", "Screen"]
 
 Decision = Literal["approve", "deny"]
 """A waiting call's two buttons."""
@@ -60,6 +64,16 @@ class CardView:
     def final(self) -> bool:
         """The analysis ended: this state never changes again."""
         return self.card.is_final
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeView:
+    """A notice the bot posted in a thread (it never changes)."""
+
+    message_id: str
+    thread: str
+    text: str
+    """The notice rendered for a terminal by the poster (`cards._notice`)."""
 
 
 class ConsoleChannel:
@@ -173,6 +187,11 @@ class ConsoleChannel:
 
     async def next_update(self) -> CardView | None:
         """The next card state posted in this channel; None when none came within a second."""
+        entry = await self.next_entry()
+        return entry if isinstance(entry, CardView) else None
+
+    async def next_entry(self) -> CardView | NoticeView | None:
+        """The next card state or notice posted in this channel; None when none came in time."""
         reply: Any = await self._redis.xread(
             {self._keys.console_cards: self._cursor}, count=1, block=READ_BLOCK_MS
         )
@@ -182,6 +201,12 @@ class ConsoleChannel:
         self._cursor = entry_id.decode()
         if fields.get(b"channel", b"").decode() != self.channel:
             return None
+        if fields.get(b"op") == b"notice":
+            return NoticeView(
+                message_id=fields[b"message_id"].decode(),
+                thread=fields[b"thread"].decode(),
+                text=fields[b"text"].decode(),
+            )
         view = CardView(
             message_id=fields[b"message_id"].decode(),
             thread=fields[b"thread"].decode(),
@@ -269,6 +294,10 @@ class Screen:
         self._out.write(f"\n{line}\n")
         self._out.flush()
         self._shown = None
+
+    def notice(self, view: NoticeView) -> None:
+        """Print a notice the bot posted, as a message of the conversation."""
+        self.say(view.text.rstrip("\n"))
 
     def card(self, view: CardView) -> None:
         """Draw a card's state: over its last one on a terminal, below it otherwise."""

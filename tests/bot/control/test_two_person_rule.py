@@ -19,9 +19,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from agent_core._approvals import Verdict
+from bot.adapters.slack.posts import SlackPoster
 from bot.events import Platform
 from bot.keys import BotKeys
-from bot.ops.scheduled_jobs import ScheduledJob, ScheduledJobs, SlackThreads
+from bot.ops.scheduled_jobs import ScheduledJob, ScheduledJobs
 from bot.settings import Settings
 from tests.bot.control.test_approvals import (
     RESTART,
@@ -137,8 +138,8 @@ async def test_x12_a_scheduled_jobs_destructive_call_needs_two_distinct_approver
             "prompt": "Restart checkout if it is stuck",
         }
     )
-    threads = {Platform.SLACK: SlackThreads(destructive_bot.settings)}
-    jobs = ScheduledJobs(redis=redis_client, keys=KEYS, jobs=[job], threads=threads, holder="t")
+    posters = {Platform.SLACK: SlackPoster(destructive_bot.settings)}
+    jobs = ScheduledJobs(redis=redis_client, keys=KEYS, jobs=[job], posters=posters, holder="t")
     worker = await destructive_bot.start_worker()
     fired = datetime(2024, 5, 2, 9, 30, tzinfo=UTC)
     assert await jobs.fire(job, fired + timedelta(seconds=0.2)) == "started"

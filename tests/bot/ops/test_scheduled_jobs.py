@@ -4,12 +4,14 @@ Why this way: parsing, the run id and the fire time are pure and tested directly
 instants (never the clock). Firing is tested against a real Redis with two `ScheduledJobs`
 as two schedulers would hold them, then with two real `chatops scheduler` processes firing a
 per-second job at one Redis and the fake Slack API: every run on the turns stream has its own
-event id and its own thread, started by exactly one top-level post. Last, a whole deployment
-(`chatops serve`, a worker, a scheduler, the fake OpenAI provider and Slack API): a run
-answers on its card in the job's channel and is booked as an automation; the next run is
-stopped with its card's Stop button (a signed interactivity request) and is not booked. The
-scheduler is paused (SIGSTOP) between runs, so each run is one the test expects; the
-deployment tests are marked slow.
+event id and its own thread, started by exactly one top-level post. A Feishu job fired by two
+`ScheduledJobs` against the fake Feishu API posts one top-level message in the chat, and the
+run's event is keyed by that root's message id and the tenant Feishu answered with. Last, a
+whole deployment (`chatops serve`, a worker, a scheduler, the fake OpenAI provider and Slack or
+Feishu API): a run answers on its card in the job's thread and is booked as an automation; the
+next run is stopped with its card's Stop button (a signed interactivity request, or Feishu's
+card callback) and is not booked. The scheduler is paused (SIGSTOP) between runs, so each run
+is one the test expects; the deployment tests are marked slow.
 """
 
 from __future__ import annotations
@@ -28,17 +30,20 @@ from zoneinfo import ZoneInfo
 import pytest
 import redis.asyncio as aioredis
 
+from bot.adapters.console.posts import ConsolePoster
+from bot.adapters.feishu.posts import FeishuPoster
 from bot.errors import BotConfigError
 from bot.events import AuthorKind, Platform
 from bot.keys import BotKeys
 from bot.ops.scheduled_jobs import (
-    ConsoleThreads,
     ScheduledJob,
     ScheduledJobs,
     latest_fire_time,
     parse_jobs,
     run_event_id,
 )
+from bot.publishing.channel_posts import bounded_key
+from bot.settings import Settings
 from bot.state.settle import Book
 from bot.state.turn_jobs import TurnJob, turn_id_for
 from tests.deployment import Deployment
@@ -82,6 +87,8 @@ def test_a_valid_job_parses_with_its_defaults() -> None:
     assert utc.tools is None  # every tool of the worker
     (narrow,) = parse_jobs(json.dumps([job_entry(tools=["http_get"])]))
     assert narrow.tools == ("http_get",)
+    (feishu,) = parse_jobs(json.dumps([job_entry(platform="feishu", channel=sg.FEISHU_CHAT_ID)]))
+    assert feishu.platform is Platform.FEISHU  # no longer refused: Feishu posts top-level
 
 
 @pytest.mark.parametrize(
@@ -92,7 +99,6 @@ def test_a_valid_job_parses_with_its_defaults() -> None:
         (job_entry(cron="30 9 * * 1-5"), "use names (mon-fri"),
         (job_entry(timezone="Mars/Olympus"), "'daily-briefing': unknown time zone"),
         (job_entry(platform="teams"), "'daily-briefing': platform"),
-        (job_entry(platform="feishu"), "'daily-briefing': feishu is not supported"),
         (job_entry(tools="http_get"), "'daily-briefing': tools"),
         (job_entry(prompt="  "), "'daily-briefing': prompt"),
         (job_entry(second="70"), "'daily-briefing': cron"),
@@ -159,8 +165,8 @@ def test_the_fire_time_is_the_latest_due_one_within_the_grace() -> None:
 
 
 def console_jobs(redis: aioredis.Redis, holder: str, job: ScheduledJob) -> ScheduledJobs:
-    threads = {Platform.CONSOLE: ConsoleThreads()}
-    return ScheduledJobs(redis=redis, keys=KEYS, jobs=[job], threads=threads, holder=holder)
+    posters = {Platform.CONSOLE: ConsolePoster(redis)}
+    return ScheduledJobs(redis=redis, keys=KEYS, jobs=[job], posters=posters, holder=holder)
 
 
 async def stream_jobs(redis: aioredis.Redis) -> list[TurnJob]:
@@ -194,10 +200,50 @@ async def test_two_schedulers_firing_one_run_enqueue_one_scheduler_turn(redis_cl
     assert len(await stream_jobs(redis_client)) == 2
 
 
+async def test_a_feishu_run_starts_under_one_top_level_message_in_the_chat(
+    redis_client, feishu_api
+) -> None:
+    job = ScheduledJob.model_validate(
+        job_entry(platform="feishu", channel=sg.FEISHU_CHAT_ID, cron="* * * * *", timezone="UTC")
+    )
+    settings = Settings(
+        _env_file=None,
+        FEISHU_APP_ID=sg.FEISHU_APP_ID,
+        FEISHU_APP_SECRET=sg.FEISHU_APP_SECRET,
+        FEISHU_DOMAIN=feishu_api.base_url,
+    )
+
+    def scheduler(holder: str) -> ScheduledJobs:
+        posters = {Platform.FEISHU: FeishuPoster.from_settings(settings)}
+        return ScheduledJobs(
+            redis=redis_client, keys=KEYS, jobs=[job], posters=posters, holder=holder
+        )
+
+    fire = datetime(2024, 5, 2, 9, 30, tzinfo=UTC)
+    now = fire + timedelta(seconds=0.2)
+    outcomes = await asyncio.gather(scheduler("a").fire(job, now), scheduler("b").fire(job, now))
+    assert sorted(outcomes) == ["fired elsewhere", "started"]
+    (turn,) = await stream_jobs(redis_client)
+    (create,) = feishu_api.calls_to("im.v1.message.create")
+    root = create.response["data"]
+    assert create.query == {"receive_id_type": "chat_id"}
+    assert create.params["receive_id"] == sg.FEISHU_CHAT_ID
+    assert create.params["uuid"] == bounded_key(run_event_id(job.id, fire))
+    assert not root.get("root_id")  # top-level in the chat, not a reply
+    assert "Scheduled job daily-briefing" in root["body"]["content"]
+    event = turn.event
+    assert (event.platform, event.workspace, event.channel, event.thread) == (
+        Platform.FEISHU,
+        sg.FEISHU_TENANT_KEY,
+        sg.FEISHU_CHAT_ID,
+        root["message_id"],
+    )
+
+
 def test_a_job_on_a_platform_the_deployment_lacks_is_refused() -> None:
     job = ScheduledJob.model_validate(job_entry())
     with pytest.raises(BotConfigError, match="'daily-briefing': platform slack is not configured"):
-        ScheduledJobs(redis=aioredis.Redis(), keys=KEYS, jobs=[job], threads={}, holder="a")
+        ScheduledJobs(redis=aioredis.Redis(), keys=KEYS, jobs=[job], posters={}, holder="a")
 
 
 def test_chatops_scheduler_refuses_a_bad_job_and_documents_the_setting(redis_server) -> None:
@@ -325,4 +371,82 @@ async def test_a_scheduled_run_is_an_ordinary_turn_booked_and_stoppable(
     assert "Stopped" in card_text(final) and not stop_buttons(final)
     assert await automation_turns(deployment.redis) == [answered.turn_id]
     assert len(fake_llm.requests) == 2
+    scheduler.signal(signal.SIGKILL)  # stopped where it is: no run fires during teardown
+
+
+def feishu_cards_under(feishu_api, root: str) -> list[dict[str, Any]]:
+    """The bot's messages in the topic of `root` (its replies), oldest first, as last patched."""
+    return [m for m in feishu_api.bot_messages(sg.FEISHU_CHAT_ID) if m.get("root_id") == root]
+
+
+def feishu_stop_value(message: dict[str, Any]) -> dict[str, Any] | None:
+    """The Stop button's callback value on a Feishu card, if it shows one."""
+    card = json.loads(message["body"]["content"])
+    for element in card.get("body", {}).get("elements", []):
+        for behavior in element.get("behaviors", []) or []:
+            value = behavior.get("value")
+            if isinstance(value, dict) and value.get("action") == "stop":
+                return value
+    return None
+
+
+@pytest.mark.slow
+async def test_a_scheduled_run_on_feishu_roots_a_topic_in_the_chat_and_is_stoppable(
+    deployment: Deployment, fake_llm, feishu_api, slow_service
+) -> None:
+    fake_llm.script(
+        fp.TextReply("Briefing: all quiet overnight."),
+        fp.ToolCallsReply([fp.ToolCall("http_get", {"url": slow_service.url("/hold/brief")})]),
+        fp.TextReply("never sent"),
+    )
+    await deployment.start()
+    env = jobs_env(
+        deployment.env,
+        platform="feishu",
+        channel=sg.FEISHU_CHAT_ID,
+        second="*/2",
+        tools=["http_get"],
+    )
+    scheduler = await Chatops.scheduler(env, 10.0)
+    deployment.processes.append(scheduler)
+    seen, answered = await next_run(deployment.redis, "0-0")
+    scheduler.signal(signal.SIGSTOP)  # no further run until the test lets it fire
+
+    settled = await deployment.next_settle()
+    assert (settled.turn_id, settled.reason) == (answered.turn_id, "completed")
+    await deployment.released(answered.session_id)
+    root = answered.event.thread
+    (create,) = feishu_api.calls_to("im.v1.message.create")
+    assert create.query == {"receive_id_type": "chat_id"}
+    assert create.response["data"]["message_id"] == root
+    posted = feishu_api.message(root)
+    assert posted is not None and not posted.get("root_id")  # top-level in the chat
+    assert "Scheduled job daily-briefing" in posted["body"]["content"]
+    assert answered.event.workspace == sg.FEISHU_TENANT_KEY  # what the chat's events carry
+    (card,) = feishu_cards_under(feishu_api, root)  # the card, in the root's topic
+    replies = [c for c in feishu_api.calls_to("im.v1.message.reply") if c.status == 200]
+    assert [(c.path_params["message_id"], c.params["reply_in_thread"]) for c in replies] == [
+        (root, True)
+    ]
+    assert card["thread_id"] == (feishu_api.message(root) or {}).get("thread_id")
+    assert "Briefing: all quiet overnight." in card["body"]["content"]
+    assert feishu_stop_value(card) is None  # final
+    assert await automation_turns(deployment.redis) == [answered.turn_id]
+
+    scheduler.signal(signal.SIGCONT)  # the missed fire times coalesce into one run
+    _, stopped = await next_run(deployment.redis, seen)
+    scheduler.signal(signal.SIGSTOP)
+    await slow_service.wait_for_hits(1)
+    (live,) = feishu_cards_under(feishu_api, stopped.event.thread)
+    value = feishu_stop_value(live)
+    assert value is not None and value["thread"] == stopped.event.thread
+    press = sg.feishu_card_action(value=value, open_message_id=live["message_id"])
+    await deployment.feishu(press, path="/feishu/card")  # the session is keyed by the root
+    settled = await deployment.next_settle()
+    assert (settled.turn_id, settled.reason) == (stopped.turn_id, "stopped")
+    await deployment.released(stopped.session_id)
+    (final,) = feishu_cards_under(feishu_api, stopped.event.thread)
+    assert feishu_stop_value(final) is None and "Stopped" in final["body"]["content"]
+    assert await automation_turns(deployment.redis) == [answered.turn_id]
+    assert len(feishu_api.calls_to("im.v1.message.create")) == 2  # one root per run
     scheduler.signal(signal.SIGKILL)  # stopped where it is: no run fires during teardown
