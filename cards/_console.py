@@ -7,7 +7,8 @@ newline), no line is longer than `width` characters, a live card ends with exact
 shared ones of `cards._lines`, as on Slack and Feishu. Width is counted in characters; a wide
 character (CJK, emoji) takes two terminal columns, so such a line may look longer.
 
-Layout, in order: a `== title ===` rule; the status and elapsed time; the newest steps,
+Layout, in order: a `== title ===` rule; the status and elapsed time; what started it (an
+alert, and its root message's link); the newest steps,
 numbered as the answer cites them; the interventions; the answer between two rules (its parts
 under their headings, citations `[3]` as references `[3 · prometheus_query]`, its sources);
 each waiting call with its `[ /approve <call id> ]` and `[ /deny <call id> ]` lines (the
@@ -24,7 +25,7 @@ from cards import _lines
 from cards._answer import Markup, show_answer
 from cards._limits import truncate
 from cards._mentions import defuse
-from cards._model import CardApproval, CardStatus, ProgressCard
+from cards._model import ORIGIN_CHARS, CardApproval, CardStatus, ProgressCard
 
 __all__ = ["ANSWER_CHARS", "MIN_WIDTH", "STOP_HINT", "render_console"]
 
@@ -56,6 +57,8 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
     """The card as plain text lines of at most `width` characters, joined by newlines."""
     width = max(width, MIN_WIDTH)
     lines = [_rule(card.title, width), *_wrap(_status(card), width)]
+    if origin := _origin(card):
+        lines.extend(_wrap(origin, width))
     if note := _lines.note_line(card, _plain):
         lines.extend(_wrap(note, width))
     steps = _listed(
@@ -114,6 +117,15 @@ def _rule(title: str, width: int) -> str:
     """`== Why is checkout slow? =====…` filling the width."""
     shown = truncate(_lines.one_line(title), width - 4, escape=defuse) or _UNTITLED
     return f"== {shown} ".ljust(width, "=")
+
+
+def _origin(card: ProgressCard) -> str:
+    """`🔔 Started by alert … · root message: <link>`, or "" when a person started it."""
+    text = _lines.piece(card.origin, ORIGIN_CHARS, _plain)
+    if not text:
+        return ""
+    link = card.shown_origin_link
+    return f"🔔 {text} · root message: {link}" if link else f"🔔 {text}"
 
 
 def _status(card: ProgressCard) -> str:

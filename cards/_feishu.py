@@ -13,7 +13,8 @@ So user text gets `<` and `>` as the character references `&#60;` and `&#62;`, w
 Feishu's markdown docs say to show those characters literally. The header title is `plain_text`,
 which Feishu never parses.
 
-Elements, in order: markdown (status and elapsed time); markdown (the newest steps, numbered as
+Elements, in order: markdown (status and elapsed time); markdown (what started it, if an alert
+did: the alert and a link to its root message); markdown (the newest steps, numbered as
 the answer cites them); markdown (interventions); hr, one markdown per part of the answer
 (`Findings`, `Hypotheses`, `Next steps` under bold headings; citations `[3]` as bold references
 `[3 · prometheus_query]`), its sources and maybe a note (the answer, `cards._answer`); while
@@ -33,7 +34,7 @@ from cards import _lines
 from cards._answer import MAX_SECTIONS, Markup, show_answer
 from cards._limits import FEISHU, FeishuLimits, LimitExceeded, truncate
 from cards._mentions import defuse
-from cards._model import CardApproval, CardStatus, ProgressCard
+from cards._model import ORIGIN_CHARS, CardApproval, CardStatus, ProgressCard
 
 __all__ = ["HEADER_TEMPLATES", "STOP_ACTION", "escape_markdown", "json_bytes", "render_feishu"]
 
@@ -63,6 +64,9 @@ _UNTITLED = "Analysis"
 _ESCAPES = str.maketrans({"<": "&#60;", ">": "&#62;"})
 
 
+ORIGIN_BYTES = 800
+"""Bytes of the line saying what started the analysis (its alert and root message's link): like
+the note, it comes out of the room the byte plan (`cards._limits`) leaves beside its elements."""
 NOTE_BYTES = 1_000
 """Bytes of the card's note: the byte plan (`cards._limits`) leaves about 2 KB beside its
 elements, of which this is the note's."""
@@ -90,6 +94,8 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
     """
     within = _fits(limits.markdown_bytes)
     elements = [_markdown(truncate(_status(card), limits.markdown_chars, fits=within))]
+    if origin := _origin(card, limits):
+        elements.append(_markdown(origin, text_size="notation"))
     if note := _lines.note_line(card, escape_markdown):
         shown = truncate(note, limits.markdown_chars, fits=_fits(NOTE_BYTES))
         elements.append(_markdown(shown, text_size="notation"))
@@ -145,6 +151,25 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
 def _fits(budget: int) -> Callable[[str], bool]:
     """A test that a text, as a JSON string, takes at most `budget` bytes."""
     return lambda text: json_bytes(text) <= budget
+
+
+def _origin(card: ProgressCard, limits: FeishuLimits) -> str:
+    """`🔔 Started by alert … · [root message](link)`, or "" when a person started it.
+
+    The link is an http(s) URL of RFC 3986 characters (`ProgressCard.shown_origin_link`); its
+    parentheses are percent-encoded (the same URL) so none can end the markdown link early.
+    """
+    if not _lines.one_line(card.origin):
+        return ""
+    link = card.shown_origin_link.replace("(", "%28").replace(")", "%29")
+    said = f" · [root message]({link})" if link else ""
+    text = truncate(
+        _lines.one_line(card.origin),
+        ORIGIN_CHARS,
+        escape=escape_markdown,
+        fits=lambda shown: json_bytes(f"🔔 {shown}{said}") <= ORIGIN_BYTES,
+    )
+    return f"🔔 {text}{said}" if text else ""
 
 
 def _status(card: ProgressCard) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "LINK_CHARS",
+    "ORIGIN_CHARS",
     "CardApproval",
     "CardChild",
     "CardStatus",
@@ -29,6 +30,8 @@ __all__ = [
 LINK_CHARS = 500
 """Longest `ProgressCard.link` shown. A link is never cut (a cut one leads nowhere), so a longer
 one is left off; 500 stays within the Feishu byte plan's frame (`cards._limits`)."""
+ORIGIN_CHARS = 300
+"""Longest `ProgressCard.origin` shown (characters, before escaping); a longer one is cut."""
 _LINK = re.compile(r"https?://[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")
 """An http(s) URL of RFC 3986 characters only: no space, quote or `<`, so no markup can form."""
 
@@ -180,6 +183,15 @@ class ProgressCard:
     note: str = ""
     """A remark on how the analysis runs, under its status (it started without the thread's
     earlier messages, and why); empty: none."""
+    origin: str = ""
+    """What started the analysis, shown near the top (`Started by alert HighLatency (critical)
+    from alertmanager`); empty: a person asked."""
+    origin_link: str = ""
+    """A link to the message that started it (the incident's root message); shown only as
+    `shown_origin_link` allows, empty: none."""
+    marked_wrong_by: str = ""
+    """Who marked the answer wrong (display name or platform user id); empty: nobody. A marked
+    card shows it and no longer offers the control."""
 
     @property
     def is_final(self) -> bool:
@@ -196,6 +208,21 @@ class ProgressCard:
         """`link` when the card may show it (an http(s) URL of at most `LINK_CHARS`), else ""."""
         fits = len(self.link) <= LINK_CHARS and _LINK.fullmatch(self.link)
         return self.link if fits else ""
+
+    @property
+    def shown_origin_link(self) -> str:
+        """`origin_link` when the card may show it (as `shown_link`), else ""."""
+        fits = len(self.origin_link) <= LINK_CHARS and _LINK.fullmatch(self.origin_link)
+        return self.origin_link if fits else ""
+
+    @property
+    def can_mark_wrong(self) -> bool:
+        """The card offers "Mark answer wrong": it answered, and nobody marked it yet."""
+        return (
+            self.status is CardStatus.ANSWERED
+            and bool(self.answer.strip())
+            and not self.marked_wrong_by
+        )
 
     def ended(self, status: CardStatus, **changes: Any) -> ProgressCard:
         """This card in the final `status`: a step still running can no longer finish."""

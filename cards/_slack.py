@@ -1,6 +1,6 @@
 """A progress card as Slack Block Kit blocks, and the message's notification text.
 
-Contract: the blocks pass Slack's validation for any card (at most 17 of the 50 blocks, every
+Contract: the blocks pass Slack's validation for any card (at most 18 of the 50 blocks, every
 text within `SlackLimits`), a live card has exactly one Stop button and a final card none, and no
 user- or model-provided text can mention anyone (docs/reliability.md A6). Mentions, channel pings
 and links in mrkdwn all need `<` (`<!channel>`, `<@U123>`, `<https://x|y>`), and Slack's
@@ -10,7 +10,8 @@ also stops Slack's own parsing of a bare `@channel`
 `plain_text`, which Slack never parses for mentions. On top of that, every such token is defused
 with an invisible word joiner (`cards._mentions`), the header's too.
 
-Blocks, in order: header (the task); section (status and elapsed time); context (the card's
+Blocks, in order: header (the task); section (status and elapsed time); context (what started
+it, if an alert did: the alert and a link to its root message); context (the card's
 note, if any: it started without the thread's messages); section (the newest
 steps, numbered as the answer cites them); context (interventions); divider, one section per
 part of the answer (`Findings`, `Hypotheses`, `Next steps`, each under its bold heading; its
@@ -27,7 +28,7 @@ from cards import _lines
 from cards._answer import Markup, show_answer
 from cards._limits import SLACK, LimitExceeded, SlackLimits, truncate
 from cards._mentions import defuse
-from cards._model import CardApproval, CardStatus, ProgressCard
+from cards._model import ORIGIN_CHARS, CardApproval, CardStatus, ProgressCard
 
 __all__ = ["STOP_ACTION_ID", "escape_mrkdwn", "render_slack", "slack_text"]
 
@@ -61,6 +62,8 @@ def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]
         LimitExceeded: The turn id is longer than a button value may be (it is never cut).
     """
     blocks = [_header(card, limits), _section(_status(card), limits.section_text)]
+    if origin := _origin(card):
+        blocks.append(_context(origin, limits))
     if note := _lines.note_line(card, escape_mrkdwn):
         blocks.append(_context(note, limits))
     steps = _lines.tail(
@@ -110,6 +113,20 @@ def slack_text(card: ProgressCard, limits: SlackLimits = SLACK) -> str:
     """
     title = _lines.piece(card.title, limits.header_text, escape_mrkdwn) or _UNTITLED
     return truncate(f"{title} · {_lines.status_text(card, escape_mrkdwn)}", limits.fallback_text)
+
+
+def _origin(card: ProgressCard) -> str:
+    """`🔔 Started by alert … · <link|root message>`, or "" when a person started it.
+
+    The link is an http(s) URL of RFC 3986 characters (`ProgressCard.shown_origin_link`), so it
+    holds no `<`, `>` or `|`; its `&` is escaped, as Slack asks of any `&` in mrkdwn.
+    """
+    text = _lines.piece(card.origin, ORIGIN_CHARS, escape_mrkdwn)
+    if not text:
+        return ""
+    link = card.shown_origin_link
+    said = f" · <{link.replace('&', '&amp;')}|root message>" if link else ""
+    return f"🔔 {text}{said}"
 
 
 def _status(card: ProgressCard) -> str:

@@ -4,8 +4,10 @@ A card's record and publisher belong to one session and one lease holder, so the
 job; this factory is built once per worker (`bot.worker.assembly`) with what they share: the
 platforms' clients, the publisher's bounds, the audit, and the replay pages' index.
 
-Contract: a new card links to `{public_url}/runs/{turn_id}` (the ingress's replay page) only
-once that page's index entry is written; when Redis refuses it, the card goes without a link
+Contract: a new card of an alert's analysis (its starting event has `alert`) says so near its
+top (`ProgressCard.origin`, with the root message's link); a new card links to
+`{public_url}/runs/{turn_id}` (the ingress's replay page) only once that page's index entry is
+written; when Redis refuses it, the card goes without a link
 (the analysis matters more than its replay page).
 """
 
@@ -18,7 +20,7 @@ from urllib.parse import quote
 import redis.asyncio as aioredis
 
 from agent_core import StoreError
-from bot.events import Platform
+from bot.events import AlertOrigin, Platform
 from bot.keys import BotKeys
 from bot.publishing.card_publisher import CardPublisher, PublisherOptions
 from bot.publishing.card_record import CardRecord
@@ -87,8 +89,14 @@ class CardFactory:
     async def new_card(self, job: TurnJob) -> ProgressCard:
         """A new card for the analysis `job` starts, linked to its replay page."""
         event = job.event
+        alert = event.alert
         return ProgressCard(
-            title=event.text, turn_id=job.turn_id, thread=event.thread, link=await self._link(job)
+            title=event.text,
+            turn_id=job.turn_id,
+            thread=event.thread,
+            link=await self._link(job),
+            origin=_origin(alert) if alert else "",
+            origin_link=alert.root_link if alert else "",
         )
 
     async def _link(self, job: TurnJob) -> str:
@@ -100,3 +108,9 @@ class CardFactory:
             return ""
         base = self._public_url.rstrip("/")
         return f"{base}/runs/{quote(job.turn_id, safe='')}" if base else ""
+
+
+def _origin(alert: AlertOrigin) -> str:
+    """`Started by alert HighLatency (critical) from alertmanager` (no severity: no brackets)."""
+    severity = f" ({alert.severity})" if alert.severity else ""
+    return f"Started by alert {alert.alert_name}{severity} from {alert.sender}"
