@@ -118,7 +118,7 @@ def thread_readers(settings: Settings) -> dict[Platform, ThreadReader]:
 
 
 def channel_posters(
-    settings: Settings, platforms: Iterable[Platform], *, redis: aioredis.Redis | None = None
+    settings: Settings, platforms: Iterable[Platform], redis: aioredis.Redis | None = None
 ) -> dict[Platform, ChannelPoster]:
     """The notice posters (top-level messages and their threads) of the given chat platforms.
 

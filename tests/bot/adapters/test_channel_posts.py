@@ -321,6 +321,8 @@ def test_channel_posters_builds_one_per_platform_asked_for(slack_api, feishu_api
         Platform.CONSOLE: ConsolePoster,
     }
     assert list(channel_posters(settings, [Platform.FEISHU])) == [Platform.FEISHU]
+    # The Redis client may be passed positionally too, as `channel_posters(settings, ps, redis)`.
+    assert list(channel_posters(settings, [Platform.CONSOLE], redis)) == [Platform.CONSOLE]
     with pytest.raises(BotConfigError, match="need Redis"):
         channel_posters(settings, [Platform.CONSOLE])
     with pytest.raises(BotConfigError, match="SLACK_BOT_TOKEN"):
