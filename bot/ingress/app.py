@@ -11,8 +11,8 @@ model or tool work happens in the request.
 This module builds the app and runs its lifespan: the settings checked before anything is
 served, the clients opened (and closed when it owns them), Slack's Socket Mode and Feishu's long
 connection received alongside the webhooks. The routes are `bot.ingress.webhooks` (platforms),
-`bot.ingress.probes` (health, readiness, metrics) and `bot.ingress.run_pages` (replay pages);
-what they share is `bot.ingress.context`.
+`bot.ingress.alert_webhooks` (alert senders), `bot.ingress.probes` (health, readiness, metrics)
+and `bot.ingress.run_pages` (replay pages); what they share is `bot.ingress.context`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from starlette.types import Scope
 
 from bot.adapters.slack.inbound import SlackIdentity
 from bot.errors import BotConfigError, QueueUnavailable
+from bot.ingress.alert_webhooks import add_alert_webhooks
 from bot.ingress.body_limits import BodyLimits, BoundedBody
 from bot.ingress.context import MAX_BODY_BYTES, REDIS_CALL_S, Ingress, ingress_redis
 from bot.ingress.probes import add_probes
@@ -37,6 +38,7 @@ from bot.ingress.run_pages import add_run_pages
 from bot.ingress.webhooks import add_webhooks
 from bot.intake.metrics import IngressMetrics
 from bot.intake.queue import Queue
+from bot.policy.alert_routes import AlertRoute, parse_alert_routes
 from bot.process.loop_lag import monitor_loop_lag
 from bot.settings import Settings
 
@@ -65,12 +67,13 @@ def create_app(
     if redis is None and not settings.redis_url:
         raise BotConfigError("REDIS_URL is not set (the embedded Redis is for `chatops demo`)")
     _check_feishu(settings)
+    routes = parse_alert_routes(settings.alert_routes)  # an invalid route stops start-up
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = redis if redis is not None else _redis_from(settings)
         try:
-            app.state.ingress = await _open_ingress(settings, client, slack, feishu, clock)
+            app.state.ingress = await _open_ingress(settings, client, slack, feishu, clock, routes)
             async with _receivers(settings, app.state.ingress, feishu_long_connection):
                 yield
         finally:
@@ -81,6 +84,7 @@ def create_app(
     limits = BodyLimits(max_bytes=MAX_BODY_BYTES, read_timeout_s=settings.body_read_timeout_s)
     app.add_middleware(BoundedBody, limits=limits, on_refused=_count_refused)
     add_webhooks(app)
+    add_alert_webhooks(app)
     add_run_pages(app)
     add_probes(app)
     return app
@@ -92,6 +96,7 @@ async def _open_ingress(
     slack: SlackIdentity | None,
     feishu: FeishuIdentity | None,
     clock: Callable[[], float],
+    routes: tuple[AlertRoute, ...],
 ) -> Ingress:
     """What the routes need: the platforms' identities, and the queue (its group made if it can)."""
     identity = slack or await _slack_identity(settings)
@@ -103,7 +108,7 @@ async def _open_ingress(
     except (QueueUnavailable, TimeoutError) as exc:
         # serve anyway: /readyz says 503, events get 503
         log.warning("starting without Redis: %s", exc)
-    return Ingress(settings, client, queue, IngressMetrics(), identity, verifier, clock)
+    return Ingress(settings, client, queue, IngressMetrics(), identity, verifier, clock, routes)
 
 
 @asynccontextmanager

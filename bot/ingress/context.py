@@ -23,10 +23,13 @@ from bot.control.approval_desk import ApprovalDesk
 from bot.control.killswitch import KillSwitch, KillSwitchDesk
 from bot.errors import QueueUnavailable
 from bot.intake.accept import Intake
+from bot.intake.alert_intake import AlertIntake
 from bot.intake.metrics import IngressMetrics
 from bot.intake.queue import Queue
+from bot.policy.alert_routes import AlertRoute
 from bot.settings import Settings
 from bot.state.audit import AuditLog
+from bot.state.memory import MemoryBook
 
 if TYPE_CHECKING:  # lark_oapi is imported only when Feishu is configured
     from bot.adapters.feishu.inbound import FeishuVerifier
@@ -63,7 +66,10 @@ class Ingress:
     slack: SlackIdentity | None = None
     feishu: FeishuVerifier | None = None
     clock: Callable[[], float] = time.time
+    alert_routes: tuple[AlertRoute, ...] = ()
+    """`CHATOPS_ALERT_ROUTES`, parsed at start-up (an invalid route stops the ingress)."""
     intake: Intake = field(init=False)
+    alerts: AlertIntake = field(init=False)
 
     def __post_init__(self) -> None:
         audit = AuditLog.from_settings(self.redis, self.queue.keys, self.settings)
@@ -73,7 +79,9 @@ class Ingress:
         switch_desk = KillSwitchDesk(
             KillSwitch(self.redis, self.queue.keys, audit), self.settings.admin_ids
         )
-        self.intake = Intake(self.queue, desk, switch_desk, self.redis, audit)
+        memory = MemoryBook(self.redis, self.queue.keys, days=self.settings.memory_days)
+        self.intake = Intake(self.queue, desk, switch_desk, self.redis, audit, memory)
+        self.alerts = AlertIntake(self.redis, self.queue.keys)
 
     async def forget_nonce(self, nonce: str) -> None:
         """Drop a recorded nonce (best effort: Redis just failed us once already)."""

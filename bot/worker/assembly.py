@@ -8,6 +8,8 @@ check (docs/reliability.md Q2) runs before anything is read.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
@@ -27,6 +29,7 @@ from bot.control.subagents import SubagentRegistry
 from bot.errors import BotConfigError
 from bot.events import Platform
 from bot.keys import BotKeys
+from bot.policy.alert_routes import parse_alert_routes
 from bot.process.failpoints import Failpoints
 from bot.process.metrics_server import Render, serve_metrics
 from bot.publishing.platform import ChatPlatform
@@ -37,7 +40,9 @@ from bot.state.lease import Leases
 from bot.state.memory import MemoryBook
 from bot.state.runs import RunIndex
 from bot.state.settle import Pricing, SettleWriter
+from bot.worker.alert_dispatch import AlertDispatcher, DispatchOptions
 from bot.worker.clients import (
+    channel_posters,
     metered_platforms,
     open_clients,
     require_durable_redis,
@@ -206,6 +211,38 @@ def _settle_writer(
     return SettleWriter(redis, keys, pricing_from(settings), metrics, audit)
 
 
+def _alert_dispatcher(
+    settings: Settings,
+    redis: aioredis.Redis,
+    keys: BotKeys,
+    platforms: Mapping[Platform, ChatPlatform],
+    metrics: WorkerMetrics,
+) -> AlertDispatcher | None:
+    """The worker's alert dispatcher when alerts are routed (`CHATOPS_ALERT_ROUTES`).
+
+    The ingress decides each notification's route and writes it with the entry; the worker
+    checks the value too, so a worker with a broken value does not start.
+
+    Raises:
+        BotConfigError: A route is invalid.
+    """
+    if not parse_alert_routes(settings.alert_routes):
+        return None
+    return AlertDispatcher(
+        redis=redis,
+        keys=keys,
+        posters=channel_posters(settings, tuple(platforms), redis=redis),
+        memory=MemoryBook(redis, keys, days=settings.memory_days),
+        name=f"{socket.gethostname()}-{os.getpid()}-alerts",
+        options=DispatchOptions(
+            max_per_hour=settings.alert_max_per_hour,
+            triage_steps=settings.alert_triage_steps,
+            memory_days=settings.memory_days,
+        ),
+        registry=metrics.registry,
+    )
+
+
 def _actor_options(settings: Settings, options: ActorOptions | None) -> ActorOptions:
     """The caller's bounds of each analysis, with the public URL and retention configured."""
     return replace(
@@ -280,6 +317,7 @@ async def open_worker(
         )
         port = settings.worker_metrics_port if metrics_port is None else metrics_port
         await _serve(stack, lambda: metrics.scrape(redis, keys), metrics_host, port)
+        alerts = _alert_dispatcher(settings, redis, keys, platforms, metrics)
         yield Worker(
             redis=redis,
             actor=actor,
@@ -288,4 +326,5 @@ async def open_worker(
             options=options,
             failpoints=failpoints,
             metrics=metrics,
+            alerts=alerts,
         )

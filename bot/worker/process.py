@@ -7,7 +7,8 @@ see `bot.worker.turn_stream`) before the lease is released. Every task is owned 
 group. `stop()` drains: live turns are handed over at their next cut. A worker with a free slot
 takes over entries left pending by a dead one once their lease has expired (looking once per
 lease TTL, busy or idle), and sets aside (dead-letters) an entry that keeps killing its workers.
-While it runs, it watches its event loop's lag (`bot.process.loop_lag`, exported in its metrics).
+While it runs, it watches its event loop's lag (`bot.process.loop_lag`, exported in its metrics),
+and, when alerts are routed, takes alert notifications in (`bot.worker.alert_dispatch`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from bot.process.failpoints import Failpoints
 from bot.process.loop_lag import monitor_loop_lag
 from bot.state.lease import Lease, Leases
 from bot.state.turn_jobs import TurnJob, ensure_group
+from bot.worker.alert_dispatch import AlertDispatcher
 from bot.worker.entry_keeper import EntryKeeper
 from bot.worker.metrics import WorkerMetrics
 from bot.worker.turn_stream import Entry, TurnStream
@@ -70,8 +72,10 @@ class Worker:
         options: WorkerOptions | None = None,
         failpoints: Failpoints | None = None,
         metrics: WorkerMetrics | None = None,
+        alerts: AlertDispatcher | None = None,
     ) -> None:
         self._redis = redis
+        self._alerts = alerts
         self.metrics = metrics or WorkerMetrics()
         """This worker's metrics (`open_worker` shares them with its settle writer and cards)."""
         self._failpoints = failpoints or Failpoints()
@@ -115,6 +119,8 @@ class Worker:
         await ensure_group(self._redis, self._keys)
         # The lag monitor outlives the task group: a drain's last turns are watched too.
         async with monitor_loop_lag(self.metrics.event_loop_lag), asyncio.TaskGroup() as group:
+            if self._alerts is not None:  # stops with the worker, after the entry in hand
+                group.create_task(self._alerts.run(self._stopping))
             while not self._stopping.is_set():
                 checkpoint()  # redis-py on 3.11 can swallow a cancel (see `checkpoint`)
                 await self._slots.acquire()

@@ -172,7 +172,7 @@ class LoopbackAPI(LoopbackServer):
     """Operation names :meth:`script` accepts (None: any), so a typo fails loudly."""
 
     def __init__(self, routes: Sequence[BaseRoute]) -> None:
-        self._state = threading.Lock()
+        self._state = threading.RLock()  # a waiter's predicate may read the records
         self._waiters: list[
             tuple[Callable[[], bool], asyncio.AbstractEventLoop, asyncio.Event]
         ] = []
@@ -229,6 +229,26 @@ class LoopbackAPI(LoopbackServer):
     def calls_to(self, operation: str) -> list[RecordedCall]:
         """The calls to one operation, in arrival order."""
         return [c for c in self.calls if c.operation == operation]
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
+        """Wait until `predicate()` holds, checked as each call is recorded.
+
+        Raises:
+            TimeoutError: It did not hold within `timeout_s`.
+        """
+        done = asyncio.Event()
+        waiter = (predicate, asyncio.get_running_loop(), done)
+        with self._state:
+            if predicate():
+                return
+            self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await done.wait()
+        finally:
+            with self._state:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
 
     async def wait_for_calls(self, count: int = 1, operation: str | None = None) -> None:
         """Wait until at least ``count`` calls (to ``operation``, if given) were recorded.
