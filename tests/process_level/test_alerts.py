@@ -135,3 +135,37 @@ async def test_alerts_through_serve_and_worker(
     metrics = (await deployment.http.get(f"{deployment.base}/metrics")).text
     assert 'chatops_ingress_alerts_total{outcome="unrouted",sender="alertmanager"} 1.0' in metrics
     assert 'chatops_ingress_rejected_total{platform="pagerduty",status="401"} 1.0' in metrics
+
+
+async def test_a_feishu_route_posts_the_root_in_the_chat_and_the_analysis_in_its_topic(
+    deployment, deploy_env, fake_llm, feishu_api
+) -> None:
+    deployment.env = {
+        **deploy_env,
+        "CHATOPS_ALERT_TOKEN": TOKEN,
+        "CHATOPS_ALERT_ROUTES": json.dumps(
+            [{"name": "feishu", "platform": "feishu", "channel": sg.FEISHU_CHAT_ID}]
+        ),
+    }
+    fake_llm.script(fp.TextReply("payments-db is out of connections."))
+    await deployment.start()
+    body, headers = senders.alertmanager_request(firing("CheckoutLatencyHigh"), TOKEN)
+    response = await deployment.http.post(
+        f"{deployment.base}/alerts/alertmanager", content=body, headers=headers
+    )
+    assert response.status_code == 200, response.text
+
+    settled = await deployment.next_settle()
+    assert settled.reason == "completed"
+    (create,) = feishu_api.calls_to("im.v1.message.create")
+    assert create.query == {"receive_id_type": "chat_id"}
+    root = create.response["data"]["message_id"]
+    posted = feishu_api.message(root)
+    assert posted is not None and not posted.get("root_id")  # top-level in the chat
+    assert "CheckoutLatencyHigh" in posted["body"]["content"]
+    cards = [m for m in feishu_api.bot_messages(sg.FEISHU_CHAT_ID) if m.get("root_id") == root]
+    assert cards, "the analysis's card is in the root's topic"
+    await deployment.released(settled.session_id)
+    final = feishu_api.message(cards[0]["message_id"]) or {}
+    assert "payments-db is out of connections." in final["body"]["content"]
+    assert "Started by alert CheckoutLatencyHigh" in final["body"]["content"]

@@ -110,6 +110,11 @@ async def test_a_firing_alert_opens_one_thread_and_one_analysis_and_repeats_add_
 
     (root,) = roots(slack_api)
     assert "CheckoutLatencyHigh" in root.params["text"]
+    (card,) = in_thread(slack_api, root_ts(root))  # the analysis's card, in the root's thread
+    final = slack_api.message(CHANNEL, str(card.response["ts"])) or {}
+    shown = json.dumps(final.get("blocks", []))
+    assert "Started by alert CheckoutLatencyHigh (critical) from alertmanager" in shown
+    assert "archives" in shown  # the root message's permalink
     task = fake_llm.requests[0].messages[-1]["content"]
     assert "<alert_notification" in task and "CheckoutLatencyHigh" in task
     assert len(fake_llm.requests) == 1
