@@ -3,7 +3,8 @@
 Contract: the text has no ANSI or other control sequences (every piece of user- or model-provided
 text goes through `_lines.clean`, which drops ESC and the other C0/C1 controls except tab and
 newline), no line is longer than `width` characters, a live card ends with exactly one
-`STOP_HINT` line and a final card has none. The words (status, steps, interventions) are the
+`STOP_HINT` line and a final card has none (an answered one nobody marked wrong ends with
+`WRONG_HINT` instead). The words (status, steps, interventions) are the
 shared ones of `cards._lines`, as on Slack and Feishu. Width is counted in characters; a wide
 character (CJK, emoji) takes two terminal columns, so such a line may look longer.
 
@@ -12,7 +13,9 @@ alert, and its root message's link); the newest steps,
 numbered as the answer cites them; the interventions; the answer between two rules (its parts
 under their headings, citations `[3]` as references `[3 · prometheus_query]`, its sources);
 each waiting call with its `[ /approve <call id> ]` and `[ /deny <call id> ]` lines (the
-commands `chatops console` takes); the replay link (when set); the Stop hint (only while live).
+commands `chatops console` takes); the replay link (when set); who marked the answer wrong
+(once someone did); the Stop hint (only while live); the `WRONG_HINT` (an answered card nobody
+marked yet).
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from cards._limits import truncate
 from cards._mentions import defuse
 from cards._model import ORIGIN_CHARS, CardApproval, CardStatus, ProgressCard
 
-__all__ = ["ANSWER_CHARS", "MIN_WIDTH", "STOP_HINT", "render_console"]
+__all__ = ["ANSWER_CHARS", "MIN_WIDTH", "STOP_HINT", "WRONG_HINT", "render_console"]
 
+WRONG_HINT = "[ /wrong ] Mark answer wrong"
+"""The last line of an answered card nobody marked yet: the console's "Mark answer wrong"."""
 STOP_HINT = "[ /stop ] Stop"
 """The last line of a live card: the console's Stop "button" (the client sends the stop action)."""
 MIN_WIDTH = 30
@@ -39,6 +44,8 @@ STEP_LINES = 20
 """Tool calls listed at most (the newest; as on Slack)."""
 INTERVENTION_LINES = 10
 """Interventions listed at most (the newest)."""
+_WHO_CHARS = 100
+"""Characters of the name of who marked the answer wrong."""
 _INDENT = "  "
 _T = TypeVar("_T")
 _UNTITLED = "Analysis"
@@ -89,8 +96,13 @@ def render_console(card: ProgressCard, width: int = 80) -> str:
             lines.extend(_decision(approval, width))
     if link := card.shown_link:
         lines.extend(["", *_wrap(f"Replay: {link}", width)])
+    if card.marked_wrong_by:
+        who = _lines.piece(card.marked_wrong_by, _WHO_CHARS, _plain)
+        lines.extend(["", *_wrap(f"⚠️ Answer marked wrong by {who}", width)])
     if not card.is_final:
         lines.extend(["", STOP_HINT])
+    if card.can_mark_wrong:
+        lines.extend(["", WRONG_HINT])
     return "\n".join(lines)
 
 

@@ -19,8 +19,10 @@ the answer cites them); markdown (interventions); hr, one markdown per part of t
 (`Findings`, `Hypotheses`, `Next steps` under bold headings; citations `[3]` as bold references
 `[3 · prometheus_query]`), its sources and maybe a note (the answer, `cards._answer`); while
 calls wait for approval, per call a markdown line (the call, and why it waits when the intent
-check held it) and its Approve and Deny buttons; button (Stop, only while live); button
-(Replay, when the card has a link).
+check held it) and its Approve and Deny buttons; markdown (who marked the answer wrong,
+once someone did); button (Stop, only while live); button (Mark answer wrong, on an answered
+card nobody marked yet: its value is `{"action": "wrong", "turn", "thread"}`); button (Replay,
+when the card has a link).
 """
 
 from __future__ import annotations
@@ -36,12 +38,22 @@ from cards._limits import FEISHU, FeishuLimits, LimitExceeded, truncate
 from cards._mentions import defuse
 from cards._model import ORIGIN_CHARS, CardApproval, CardStatus, ProgressCard
 
-__all__ = ["HEADER_TEMPLATES", "STOP_ACTION", "escape_markdown", "json_bytes", "render_feishu"]
+__all__ = [
+    "HEADER_TEMPLATES",
+    "STOP_ACTION",
+    "WRONG_ACTION",
+    "escape_markdown",
+    "json_bytes",
+    "render_feishu",
+]
 
 Element = dict[str, Any]
 
 STOP_ACTION = "stop"
 """`value.action` of the Stop button's callback."""
+WRONG_ACTION = "wrong"
+"""`value.action` of the "Mark answer wrong" button (answered final cards); `value.turn` is the
+turn id the analysis was booked under (`bot.state.memory`)."""
 APPROVE_ACTION = "approve"
 DENY_ACTION = "deny"
 """`value.action` of a waiting call's buttons; `value.call` is `CardApproval.value`."""
@@ -61,6 +73,8 @@ HEADER_TEMPLATES: Mapping[CardStatus, str] = MappingProxyType(
 )
 """The header colour (Feishu's `template`) for each status."""
 _UNTITLED = "Analysis"
+_WHO_CHARS = 100
+"""Characters of the name of who marked the answer wrong (its bytes come out of the frame)."""
 _ESCAPES = str.maketrans({"<": "&#60;", ">": "&#62;"})
 
 
@@ -136,16 +150,29 @@ def render_feishu(card: ProgressCard, limits: FeishuLimits = FEISHU) -> dict[str
             elements.append(_markdown(truncate(line, limits.markdown_chars, fits=fits)))
             elements.append(_button(card, approval, APPROVE_ACTION, "Approve", "primary", limits))
             elements.append(_button(card, approval, DENY_ACTION, "Deny", "danger", limits))
-    if not card.is_final:
-        elements.append(_stop_button(card, limits))
-    if link := card.shown_link:
-        elements.append(_link_button("Replay", link))
+    elements.extend(_controls(card, limits))
     return {
         "schema": "2.0",
         "config": {"update_multi": True},
         "header": _header(card, limits),
         "body": {"elements": elements},
     }
+
+
+def _controls(card: ProgressCard, limits: FeishuLimits) -> list[Element]:
+    """Who marked the answer wrong; Stop (live); Mark answer wrong (answered); Replay (a link)."""
+    elements: list[Element] = []
+    if card.marked_wrong_by:
+        who = _lines.piece(card.marked_wrong_by, _WHO_CHARS, escape_markdown)
+        elements.append(_markdown(f"⚠️ Answer marked wrong by {who}", text_size="notation"))
+    if not card.is_final:
+        elements.append(_stop_button(card, limits))
+    if card.can_mark_wrong:
+        value = {"action": WRONG_ACTION, "turn": card.turn_id, "thread": card.thread}
+        elements.append(_callback_button("Mark answer wrong", "default", value, limits))
+    if link := card.shown_link:
+        elements.append(_link_button("Replay", link))
+    return elements
 
 
 def _fits(budget: int) -> Callable[[str], bool]:

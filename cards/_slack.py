@@ -17,7 +17,8 @@ steps, numbered as the answer cites them); context (interventions); divider, one
 part of the answer (`Findings`, `Hypotheses`, `Next steps`, each under its bold heading; its
 citations `[3]` as bold references `[3 · prometheus_query]`), a context of its sources (each
 cited step's number, tool and arguments) and maybe a context note (the answer, `cards._answer`);
-actions (Stop while live; Replay when the card has a link).
+context (who marked the answer wrong, once someone did); actions (Stop while live; Mark answer
+wrong on an answered card nobody marked yet; Replay when the card has a link).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from cards._limits import SLACK, LimitExceeded, SlackLimits, truncate
 from cards._mentions import defuse
 from cards._model import ORIGIN_CHARS, CardApproval, CardStatus, ProgressCard
 
-__all__ = ["STOP_ACTION_ID", "escape_mrkdwn", "render_slack", "slack_text"]
+__all__ = ["STOP_ACTION_ID", "WRONG_ACTION_ID", "escape_mrkdwn", "render_slack", "slack_text"]
 
 Block = dict[str, Any]
 
@@ -39,8 +40,13 @@ STOP_ACTION_ID = "stop"
 APPROVE_ACTION_ID = "approve"
 DENY_ACTION_ID = "deny"
 """The `action_id`s of a waiting call's buttons; their `value` is `CardApproval.value`."""
+WRONG_ACTION_ID = "wrong"
+"""The "Mark answer wrong" button's `action_id` (answered final cards); its `value` is the turn
+id the analysis was booked under (`bot.state.memory`)."""
 REPLAY_ACTION_ID = "replay"
 """The Replay link button's `action_id` (its `url` is `ProgressCard.link`)."""
+_WHO_CHARS = 100
+"""Characters of the name of who marked the answer wrong."""
 _UNTITLED = "Analysis"
 """Shown when the task is empty: Slack refuses an empty header."""
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
@@ -100,7 +106,10 @@ def render_slack(card: ProgressCard, limits: SlackLimits = SLACK) -> list[Block]
             line = _lines.approval_line(approval, escape_mrkdwn)
             blocks.append(_section(line, limits.section_text))
             blocks.append(_decision(approval, limits))
-    if not card.is_final or card.shown_link:
+    if card.marked_wrong_by:
+        who = _lines.piece(card.marked_wrong_by, _WHO_CHARS, escape_mrkdwn)
+        blocks.append(_context(f"⚠️ Answer marked wrong by {who}", limits))
+    if not card.is_final or card.shown_link or card.can_mark_wrong:
         blocks.append(_actions(card, limits))
     return blocks
 
@@ -195,11 +204,12 @@ def _context(text: str, limits: SlackLimits) -> Block:
 
 
 def _actions(card: ProgressCard, limits: SlackLimits) -> Block:
-    """Stop while live, and Replay when the card has a link (live or final)."""
+    """Stop while live, Mark answer wrong once answered, Replay when the card has a link."""
     buttons: list[Block] = []
-    if not card.is_final:
+    if not card.is_final or card.can_mark_wrong:
         if len(card.turn_id) > limits.button_value:
             raise LimitExceeded("turn_id", size=len(card.turn_id), limit=limits.button_value)
+    if not card.is_final:
         buttons.append(
             {
                 "type": "button",
@@ -207,6 +217,16 @@ def _actions(card: ProgressCard, limits: SlackLimits) -> Block:
                 "value": card.turn_id,
                 "style": "danger",
                 "text": {"type": "plain_text", "text": truncate("Stop", limits.button_text)},
+            }
+        )
+    if card.can_mark_wrong:
+        label = truncate("Mark answer wrong", limits.button_text)
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": WRONG_ACTION_ID,
+                "value": card.turn_id,
+                "text": {"type": "plain_text", "text": label},
             }
         )
     if link := card.shown_link:

@@ -3,9 +3,10 @@
 Type a line to mention the bot (it starts an analysis); type while it runs to reply in its
 thread (a redirect, or a stop phrase); `/stop` presses the live card's Stop button;
 `/approve <call id>` and `/deny <call id>` press a waiting call's Approve or Deny (the id alone
-may be left out when one call waits); `/new` starts a new thread; `/help` lists the commands;
-`/quit` (or end of input) leaves. A command is never sent as a reply. Cards are drawn as the
-workers post them, a card's new state over its last one.
+may be left out when one call waits); `/wrong` presses "Mark answer wrong" on the thread's
+newest answered card (later analyses of its alert are told); `/new` starts a new thread;
+`/help` lists the commands; `/quit` (or end of input) leaves. A command is never sent as a
+reply. Cards are drawn as the workers post them, a card's new state over its last one.
 
 The lines go through the same ingress, queue, workers and card publisher as Slack and Feishu
 (`bot.adapters.console.channel`). With `--ingress-url` it joins a running deployment (the same
@@ -28,7 +29,8 @@ __all__ = ["HELP", "run_console"]
 
 HELP = (
     "type to talk to the bot · /stop presses Stop · /approve <call id> or /deny <call id>"
-    " decides a waiting call · /new starts a thread · /help · /quit leaves"
+    " decides a waiting call · /wrong marks the thread's answer wrong · /new starts a thread"
+    " · /help · /quit leaves"
 )
 """The commands, as the console prints them at start and for `/help`."""
 
@@ -115,6 +117,8 @@ async def _act(channel: ConsoleChannel, screen: Screen, text: str) -> None:
             screen.say(f"({await channel.decide('approve', rest)})")
         case "/deny":
             screen.say(f"({await channel.decide('deny', rest)})")
+        case "/wrong":
+            screen.say(f"({await channel.mark_wrong()})")
         case "/new":
             channel.thread = ""
             screen.say("(a new thread: your next line mentions the bot)")

@@ -70,10 +70,12 @@ async def accept(
 ) -> Response:
     """Decide and enqueue within `budget` seconds; 503 when Redis cannot take the event.
 
-    An Approve or Deny press is decided at once (`bot.intake.accept`); its answer is the body's
-    `message` (a Feishu card callback shows it as a toast). So is an admin's kill switch command.
-    A press naming no waiting call (`Press.unknown`) is answered `unknown_call_status`: the
-    chat platforms need their 200, the console's client is told 404.
+        An Approve or Deny press is decided at once (`bot.intake.accept`); its answer is the body's
+        `message` (a Feishu card callback shows it as a toast). So is an admin's kill switch
+    command, and a "Mark answer wrong" press (`marked_wrong`: whether the analysis was on
+    record).
+        A press naming no waiting call (`Press.unknown`) is answered `unknown_call_status`: the
+        chat platforms need their 200, the console's client is told 404.
     """
     try:
         async with asyncio.timeout(max(budget, 0.0)):
@@ -91,4 +93,6 @@ async def accept(
     if (switched := taken.switched) is not None:
         said = {"killswitch": switched.outcome.value, "message": switched.message}
         return JSONResponse({"ok": True, **said})
+    if (marked := taken.marked) is not None:
+        return JSONResponse({"ok": True, "marked_wrong": marked.marked, "message": marked.message})
     return ok()

@@ -7,6 +7,11 @@ transport brakes and approves alike. A press whose delivery is a duplicate is de
 desk is idempotent, and the first delivery may have failed after its dedupe marker was set); a
 kill switch command that could not be carried out is forgotten, so the platform's retry is not
 taken for a duplicate.
+
+A "Mark answer wrong" press is taken before any routing (no policy row routes it anywhere): the
+memory marks the analysis its card names (`MemoryBook.mark_wrong`, the first mark kept), then
+its dedupe marker is set and a first delivery audited (`marked_wrong`), so a delivery that
+failed before its mark is marked on the platform's retry, and each press is audited once.
 """
 
 from __future__ import annotations
@@ -25,17 +30,35 @@ from bot.control.killswitch import KillSwitchDesk, SwitchAnswer
 from bot.control.subagents import SubagentRegistry
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent, EventKind
-from bot.intake.queue import Queue
+from bot.intake.queue import DEDUPE_TTL_S, Queue
 from bot.intake.routing import RoutingOutcome, route_event
 from bot.state.audit import AuditEvent, AuditLog, clip
+from bot.state.memory import MemoryBook
 from bot.tracing import taking
 
-__all__ = ["FORGET_TIMEOUT_S", "Intake", "Taken"]
+__all__ = ["FORGET_TIMEOUT_S", "MARKED_WRONG", "NOT_ON_RECORD", "Intake", "Taken", "WrongMark"]
 
 log = logging.getLogger(__name__)
 
 FORGET_TIMEOUT_S = 5.0
 """Bound of dropping a failed command's dedupe markers (no request waits on it)."""
+WRONG_ACTION = "wrong"
+"""The action of a "Mark answer wrong" press (every platform's button and `/wrong`)."""
+MARKED_WRONG = "Marked wrong: later analyses of this alert will be told."
+NOT_ON_RECORD = "No answer of that analysis is on record."
+_MEMORY_DAYS = 1
+"""The window of the memory built when none is given: marking reads only the booked record's
+own expiry, never the window (the ingress passes the configured book anyway)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WrongMark:
+    """What became of a "Mark answer wrong" press."""
+
+    marked: bool
+    """The analysis is on record and its answer is marked wrong (now or by an earlier press)."""
+    message: str
+    """What the person is told (`MARKED_WRONG` or `NOT_ON_RECORD`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +71,12 @@ class Taken:
     """For an Approve or Deny press: the desk's decision."""
     switched: SwitchAnswer | None = None
     """For a kill switch command: what it did."""
+    marked: WrongMark | None = None
+    """For a "Mark answer wrong" press: whether the analysis was on record."""
+
+
+def _is_wrong(event: ChatEvent) -> bool:
+    return event.kind is EventKind.ACTION and event.action == WRONG_ACTION
 
 
 def _is_press(event: ChatEvent) -> bool:
@@ -64,10 +93,12 @@ class Intake:
         switch_desk: KillSwitchDesk,
         redis: aioredis.Redis,
         audit: AuditLog | None = None,
+        memory: MemoryBook | None = None,
     ) -> None:
         self.queue = queue
         self._redis = redis
         self._audit = audit or AuditLog(redis, queue.keys)
+        self._memory = memory or MemoryBook(redis, queue.keys, days=_MEMORY_DAYS)
         self._desk = desk
         self._switch_desk = switch_desk
 
@@ -84,6 +115,8 @@ class Intake:
 
     async def _take(self, event: ChatEvent) -> Taken:
         arrived = time.time()  # before the write: a worker may cut on it before we return
+        if _is_wrong(event):
+            return await self._mark_wrong(event, arrived)
         outcome = await route_event(self.queue, event)
         match outcome:
             case RoutingOutcome.STEER:
@@ -108,6 +141,34 @@ class Intake:
             case never:
                 assert_never(never)
         return Taken(outcome)
+
+    async def _mark_wrong(self, event: ChatEvent, arrived: float) -> Taken:
+        """Mark the answer of the analysis the press names; audit its first delivery.
+
+        The mark comes first and is idempotent (the first mark is kept), the dedupe marker after
+        it: a delivery that failed in between is marked again on its retry, and audited once.
+
+        Raises:
+            StoreError, QueueUnavailable: Redis failed (the platform should retry).
+        """
+        turn, who = event.action_value, event.author_name or event.person
+        if not turn or not await self._memory.mark_wrong(turn, who=who, when=arrived):
+            return Taken(RoutingOutcome.IGNORED, marked=WrongMark(False, NOT_ON_RECORD))
+        marker = self.queue.keys.seen_event(event.platform, event.event_id)
+        with map_redis_errors("mark a press seen"):
+            first = await self._redis.set(marker, "1", nx=True, ex=DEDUPE_TTL_S)
+        if not first:
+            return Taken(RoutingOutcome.DUPLICATE, marked=WrongMark(True, MARKED_WRONG))
+        audited = AuditEvent(
+            ts=arrived,
+            session=event.session_id,
+            turn=turn,
+            kind="marked_wrong",
+            who=event.person,
+            data={"name": clip(who)},
+        )
+        await self._audit.record(audited)
+        return Taken(RoutingOutcome.IGNORED, marked=WrongMark(True, MARKED_WRONG))
 
     async def _command(self, event: ChatEvent) -> SwitchAnswer:
         """Carry out a kill switch command; one that fails is forgotten, so its retry runs."""

@@ -125,9 +125,12 @@ def check_slack_block(block: dict[str, Any]) -> list[dict[str, Any]]:
 def check_slack(blocks: list[dict[str, Any]], shown: ProgressCard) -> None:
     assert 1 <= len(blocks) <= SLACK.max_blocks
     buttons = [button for block in blocks for button in check_slack_block(block)]
-    assert len(buttons) == (0 if shown.is_final else 1)
+    # A live card has Stop; an answered final card nobody marked has "Mark answer wrong".
+    assert len(buttons) == (0 if shown.is_final and not shown.can_mark_wrong else 1)
     for button in buttons:
-        assert button["type"] == "button" and "Stop" in button["text"]["text"]
+        label = "Stop" if not shown.is_final else "Mark answer wrong"
+        assert button["type"] == "button" and label in button["text"]["text"]
+        assert button["value"] == shown.turn_id
         assert len(button["text"]["text"]) <= SLACK.button_text
         assert len(button["action_id"]) <= SLACK.action_id
         assert button["value"] == shown.turn_id and len(button["value"]) <= SLACK.button_value
@@ -180,7 +183,8 @@ def test_slack_long_answer_is_cut_with_the_marker_and_a_note() -> None:
     blocks = render_slack(card(status=CardStatus.ANSWERED, answer="x" * 5000))
     answer = next(b for b in blocks if b["type"] == "section" and b["text"]["text"][0] == "x")
     assert answer["text"]["text"] == "x" * (SLACK.section_text - 1) + "…"
-    assert "5,000 characters" in blocks[-1]["elements"][0]["text"]
+    [note] = [b for b in blocks if b["type"] == "context" and "characters" in str(b)]
+    assert "5,000 characters" in note["elements"][0]["text"]
 
 
 def test_slack_refuses_a_turn_id_it_would_have_to_cut() -> None:
@@ -205,13 +209,14 @@ def check_feishu(rendered: dict[str, Any], shown: ProgressCard, limits: FeishuLi
         assert 1 <= len(element["content"]) <= limits.markdown_chars
         assert "<" not in element["content"], "only escaped text: no <at> tag can form"
     buttons = [e for e in elements if e["tag"] == "button"]
-    assert len(buttons) == (0 if shown.is_final else 1)
+    assert len(buttons) == (0 if shown.is_final and not shown.can_mark_wrong else 1)
     for button in buttons:
-        assert "Stop" in button["text"]["content"]
+        label = "Stop" if not shown.is_final else "Mark answer wrong"
+        assert label in button["text"]["content"]
         [behavior] = button["behaviors"]
         assert behavior["type"] == "callback"
         assert behavior["value"] == {
-            "action": "stop",
+            "action": "stop" if not shown.is_final else "wrong",
             "turn": shown.turn_id,
             "thread": shown.thread,
         }
@@ -243,7 +248,7 @@ def test_feishu_worst_case_card_fits_the_byte_budget(status: CardStatus) -> None
 
 def test_feishu_neutralizes_at_tags() -> None:
     shown = card(status=CardStatus.ANSWERED, answer="ping <at id=all></at> and @all")
-    answer = render_feishu(shown)["body"]["elements"][-1]["content"]
+    *_, answer = (e["content"] for e in render_feishu(shown)["body"]["elements"] if "content" in e)
     assert answer == f"ping &#60;{J}at id=all&#62;&#60;/at&#62; and @{J}all"
     assert escape_markdown("<at user_id='ou_1'>") == f"&#60;{J}at user_id='ou_1'&#62;"
 

@@ -145,6 +145,33 @@ class ConsoleChannel:
         )
         return True
 
+    async def mark_wrong(self) -> str:
+        """Press "Mark answer wrong" on the thread's newest answered card; what to tell the person.
+
+        Nothing is sent when no card of the thread offers it (none answered, or it is marked).
+
+        Raises:
+            ConsoleRefused: The ingress refused the press (its status and message).
+        """
+        answered = [
+            view
+            for view in self.cards.values()
+            if view.thread == self.thread and view.card.can_mark_wrong
+        ]
+        if not answered:
+            return "no answer in this thread to mark wrong"
+        answer = await self._post(
+            {
+                "type": "action",
+                "channel": self.channel,
+                "thread": self.thread,
+                "user": self.user,
+                "action": "wrong",
+                "value": answered[-1].card.turn_id,
+            }
+        )
+        return str(answer.get("message") or answer)
+
     def waiting_calls(self) -> list[tuple[CardView, CardApproval]]:
         """Every call waiting for approval on this channel's cards, by their newest state."""
         return [

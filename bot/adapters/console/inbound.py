@@ -15,6 +15,8 @@ refused, so a client's typo is a 400 rather than a silently dropped field):
 {"type": "action", "channel": "ops", "thread": "t-1", "user": "alice",
  "action": "stop", "value": "<turn id, the card's turn_id>"}
 {"type": "action", "channel": "ops", "thread": "t-1", "user": "alice",
+ "action": "wrong", "value": "<turn id of an answered card>"}
+{"type": "action", "channel": "ops", "thread": "t-1", "user": "alice",
  "action": "approve", "value": "<call id>|<digest>"}
 ```
 
@@ -98,7 +100,7 @@ class ConsoleMessage(BaseModel):
 
 
 class ConsoleAction(BaseModel):
-    """A press of a card's button: Stop, or Approve/Deny of a waiting call."""
+    """A press of a card's button: Stop, Mark answer wrong, or Approve/Deny of a waiting call."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -106,14 +108,14 @@ class ConsoleAction(BaseModel):
     channel: _Id
     thread: _Id
     user: _User
-    action: Literal["stop", "approve", "deny"]
+    action: Literal["stop", "wrong", "approve", "deny"]
     value: _Id
-    """Stop: the turn id the card showed (`turn_id` of the card's JSON). Approve, deny: the
-    call's value the card shows (`<call id>|<digest>`)."""
+    """Stop, wrong: the turn id the card showed (`turn_id` of the card's JSON). Approve, deny:
+    the call's value the card shows (`<call id>|<digest>`)."""
 
     @model_validator(mode="after")
     def _names_a_call(self) -> ConsoleAction:
-        if self.action != "stop" and parse_button_value(self.value) is None:
+        if self.action in ("approve", "deny") and parse_button_value(self.value) is None:
             raise ValueError("value: an approve or deny names `<call id>|<digest>`, as the card")
         return self
 
