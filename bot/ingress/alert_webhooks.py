@@ -36,7 +36,7 @@ from bot.errors import QueueUnavailable, RequestRejected
 from bot.ingress.ack import read_body, rejected, unavailable
 from bot.ingress.context import ACK_BUDGET_S, Ingress
 from bot.intake.alert_intake import AlertEntry
-from bot.policy.alert_routes import route_for
+from bot.policy.alert_routes import AlertRoute, route_for
 
 __all__ = ["add_alert_webhooks"]
 
@@ -105,11 +105,17 @@ async def _receive(
 ) -> Response:
     """Read, verify and parse (`opened`), route, write; the answer the sender gets."""
     ingress: Ingress = request.app.state.ingress
+
+    def routed(body: bytes) -> tuple[AlertNotification | None, AlertRoute | None]:
+        notification = opened(body)
+        route = None if notification is None else route_for(ingress.alert_routes, notification)
+        return notification, route
+
     try:
         body = await read_body(request)
-        # A large body is verified and parsed in a thread: the loop keeps serving meanwhile.
-        notification = (
-            opened(body) if len(body) <= OFF_LOOP_BYTES else await asyncio.to_thread(opened, body)
+        # A large body is verified, parsed and routed in a thread: the loop keeps serving.
+        notification, route = (
+            routed(body) if len(body) <= OFF_LOOP_BYTES else await asyncio.to_thread(routed, body)
         )
     except RequestRejected as exc:
         ingress.metrics.rejected.labels(str(sender), str(exc.status)).inc()
@@ -118,7 +124,6 @@ async def _receive(
     if notification is None:  # an event type nothing is done with (PagerDuty's ping, …)
         ingress.metrics.alerts.labels(str(sender), "ignored").inc()
         return JSONResponse({"ok": True})
-    route = route_for(ingress.alert_routes, notification)
     if route is None:
         ingress.metrics.alerts.labels(str(sender), "unrouted").inc()
         log.info("%s alert %s: no route takes it; dropped", sender, notification.incident[:200])

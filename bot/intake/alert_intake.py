@@ -2,8 +2,8 @@
 
 The receivers (`bot.ingress.alert_webhooks`) verify, parse and route a notification; this writes
 it, with the route that took it, to the alerts stream in one script call, deduplicated on its
-content: a sender's retry and an identical repeat notification (Alertmanager's
-`repeat_interval`) are written once (for 24 h). The workers' alert dispatchers
+content: a sender's retry within ten minutes is written once (a later repeat reaches the
+dispatcher, which adds nothing for alerts it has taken in). The workers' alert dispatchers
 (`bot.worker.alert_dispatch`) read the stream, post, and start the analyses; nothing slow
 happens here, so the sender is answered within the ingress's ack budget. When Redis cannot take
 the write, the caller answers 503 and the sender retries (Alertmanager, Grafana and PagerDuty
@@ -27,7 +27,10 @@ __all__ = ["ALERTS_MAXLEN", "AlertEntry", "AlertIntake"]
 
 ALERTS_MAXLEN = 100_000
 """The alerts stream is trimmed (approximately) past this many entries."""
-DEDUPE_TTL_S = 24 * 3600
+DEDUPE_TTL_S = 600
+"""A notification's content is deduplicated for as long as senders retry one (minutes); a
+repeat after that reaches the dispatcher, which adds nothing for alerts it has taken in, and
+opens an incident a route's limit had held back."""
 
 
 class AlertEntry(BaseModel):

@@ -82,7 +82,11 @@ class IncidentRecord(BaseModel):
     opened_at: float = 0.0
     resolved_at: float = 0.0
     analysis: bool = False
-    """An analysis was started in its thread (not for a `notify` route)."""
+    """An analysis starts in its thread (not for a `notify` route)."""
+    generation: str = ""
+    """Which firing opened it (a digest of its alerts): its root's and analysis's key."""
+    started: bool = True
+    """False between its root message's post and its analysis's start: a retry finishes it."""
 
 
 def incident_id(sender: AlertSender | str, group: str) -> str:

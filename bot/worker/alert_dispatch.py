@@ -28,7 +28,6 @@ start's event id is the same on every attempt).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -38,12 +37,12 @@ from typing import Any
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from agent_core import StoreError, checkpoint, map_redis_errors, until_set
 from bot.alerts import Alert, AlertNotification, AlertStatus
 from bot.control.killswitch import KillSwitch
-from bot.errors import PlatformError
+from bot.errors import PlatformError, QueueUnavailable
 from bot.events import ALERT, AlertMode, AuthorKind, ChatEvent, Platform
 from bot.intake.alert_intake import AlertEntry
 from bot.intake.queue import Queue
@@ -71,6 +70,7 @@ LOCK_TRIES, LOCK_WAIT_S = 50, 0.1
 """A held lock is tried again for about 5 s before the entry is left for a retry."""
 STEP_TIMEOUT_S = 40.0
 """Bound of taking in one notification."""
+UNLOCK_TIMEOUT_S = 5.0
 RETRY_IDLE_MS = 30_000
 """An entry pending this long (its dispatcher failed or died) is taken in again."""
 MAX_DELIVERIES = 5
@@ -155,9 +155,15 @@ class AlertDispatcher:
         return on
 
     async def _ensure_group(self) -> None:
+        """Create the dispatchers' group (and the stream) if missing; Redis away is waited out."""
         k = self._keys
-        with contextlib.suppress(ResponseError), map_redis_errors("create the alerts group"):
+        try:
             await self._redis.xgroup_create(k.alerts_stream, k.alerts_group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                log.warning("cannot create the alerts group (%s); reads will retry", exc)
+        except RedisError as exc:
+            log.warning("cannot create the alerts group (%s); reads will retry", exc)
 
     async def _read(self) -> tuple[str, dict[bytes, bytes]] | None:
         k = self._keys
@@ -182,31 +188,48 @@ class AlertDispatcher:
         return None
 
     async def _handle(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
+        """Take one entry in and acknowledge it; one that fails stays pending for a retry.
+
+        Nothing an entry does can end the dispatcher (and with it the worker's task group):
+        a failure is logged, the entry left pending, and its deliveries counted towards the
+        dead letters.
+        """
         try:
             entry = AlertEntry.model_validate_json(fields.get(b"entry", b""))
         except ValidationError as exc:
             log.error("alert entry %s is not an alert (%s): dropped", entry_id, exc)
             await self._ack(entry_id)
             return
-        if await self._deliveries(entry_id) > MAX_DELIVERIES:
-            await self._dead_letter(entry_id, fields)
-            return
         n = entry.notification
         incident = incident_id(n.sender, n.incident)
         try:
+            if await self._deliveries(entry_id) > MAX_DELIVERIES:
+                await self._dead_letter(entry_id, fields)
+                return
             if not await self._locked(incident):
                 return  # another dispatcher takes in this incident still: retried once idle
             try:
                 async with asyncio.timeout(STEP_TIMEOUT_S):
                     outcome = await self._take_in(entry, incident)
             finally:
-                await asyncio.shield(self._book.unlock(incident, self._name))
-        except (PlatformError, StoreError, TimeoutError) as exc:
+                await asyncio.shield(self._unlock(incident))
+        except (PlatformError, StoreError, QueueUnavailable, TimeoutError) as exc:
             log.warning("alert entry %s not taken in (retried): %s", entry_id, exc)
+            return
+        except Exception:
+            log.exception("alert entry %s failed (retried, then set aside)", entry_id)
             return
         self.taken.labels(outcome).inc()
         log.info("alert %s (%s, route %s): %s", incident, n.sender, entry.route.name, outcome)
         await self._ack(entry_id)
+
+    async def _unlock(self, incident: str) -> None:
+        """Release the incident's lock, bounded (its expiry frees it anyway)."""
+        try:
+            async with asyncio.timeout(UNLOCK_TIMEOUT_S):
+                await self._book.unlock(incident, self._name)
+        except (StoreError, TimeoutError) as exc:
+            log.warning("incident %s not unlocked (it expires): %s", incident, exc)
 
     async def _locked(self, incident: str) -> bool:
         """Take the incident's lock, waiting a little for another dispatcher to finish."""
@@ -225,6 +248,8 @@ class AlertDispatcher:
             return await self._open(entry, incident, firing)
         if record.state is IncidentState.HELD:
             return "held"
+        if not record.started:  # its opening failed after the root message was posted
+            return await self._finish_opening(entry, record, firing)
         outcomes = []
         new = set(await self._book.unseen(incident, firing))
         if new:
@@ -250,7 +275,7 @@ class AlertDispatcher:
         n, route = entry.notification, entry.route
         poster = self._posters.get(route.platform)
         if poster is None:
-            log.error(
+            log.error(  # the worker's platforms are not the ingress's: a configuration error
                 "alert route %s: platform %s is not configured here", route.name, route.platform
             )
             return "nothing new"
@@ -265,8 +290,11 @@ class AlertDispatcher:
             channel=route.channel,
             alert_name=name[:200],
         )
-        if not await self._book.admit(route.name, incident, self._options.max_per_hour):
-            await self._book.save(record, ttl_s=RATE_WINDOW_S)
+        generation = _digest(firing)
+        admitted = await self._book.admit(
+            route.name, f"{incident}:{generation}", self._options.max_per_hour
+        )
+        if not admitted:
             if await self._book.first_hold(route.name):
                 notice = texts.held_notice(route, self._options.max_per_hour, n)
                 try:
@@ -274,29 +302,45 @@ class AlertDispatcher:
                 except PlatformError:
                     await self._book.forget_hold(route.name)  # the retry posts it
                     raise
+            await self._book.save(record, ttl_s=RATE_WINDOW_S)
             return "held"
-        generation = _digest(firing)
         posted = await poster.post_root(
             route.channel, texts.root_notice(n, route), key=f"alert-{incident}-{generation}"
         )
-        analysis = route.mode is not AlertMode.NOTIFY
-        if analysis:
-            await self._start(
-                entry, incident, generation, posted.workspace, posted.thread, posted.link, firing
-            )
-        opened = record.model_copy(
+        # Recorded before the analysis starts: a retry after a failure from here on finds the
+        # thread and finishes the opening in it, never posting a second root message.
+        opening = record.model_copy(
             update={
                 "state": IncidentState.OPEN,
                 "workspace": posted.workspace,
                 "thread": posted.thread,
                 "root_link": posted.link,
                 "opened_at": time.time(),
-                "analysis": analysis,
+                "analysis": route.mode is not AlertMode.NOTIFY,
+                "generation": generation,
+                "started": False,
             }
         )
-        await self._book.take_in(incident, firing, fresh=True)
-        await self._book.save(opened)
-        return "opened" if analysis else "notified"
+        await self._book.save(opening)
+        return await self._finish_opening(entry, opening, firing)
+
+    async def _finish_opening(
+        self, entry: AlertEntry, record: IncidentRecord, firing: list[str]
+    ) -> str:
+        """Start the analysis of an opened incident (once: deduplicated on its event id)."""
+        if record.analysis:
+            await self._start(
+                entry,
+                record.id,
+                record.generation,
+                record.workspace,
+                record.thread,
+                record.root_link,
+                firing,
+            )
+        await self._book.take_in(record.id, firing, fresh=True)
+        await self._book.save(record.model_copy(update={"started": True}))
+        return "opened" if record.analysis else "notified"
 
     async def _start(
         self,

@@ -157,8 +157,9 @@ def held_notice(route: AlertRoute, limit: int, n: AlertNotification) -> Notice:
         title=f"Alert route '{route.name}': new incidents held back ({limit} in the last hour)",
         lines=(
             f"New incidents on this route are held back (CHATOPS_ALERT_MAX_PER_HOUR={limit}): "
-            "no message and no analysis for them until the hour has moved on; the senders' "
-            "repeat notifications open them then.",
+            "no message and no analysis for them while the route is at its limit; an "
+            "Alertmanager or Grafana group the senders notify again later opens then (a "
+            "PagerDuty incident is not notified again).",
             f"First held back: {alert_name(n)}",
         ),
     )

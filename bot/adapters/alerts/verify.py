@@ -58,7 +58,9 @@ def verify_grafana(body: bytes, headers: Mapping[str, str], secret: str, *, now:
         raise NotAuthentic(f"no {GRAFANA_SIGNATURE} header")
     stamp = headers.get(GRAFANA_TIMESTAMP, "").strip()
     if stamp:
-        if not stamp.isdigit() or abs(now - int(stamp)) > GRAFANA_WINDOW_S:
+        if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12):
+            raise NotAuthentic("grafana timestamp is not unix seconds")
+        if abs(now - int(stamp)) > GRAFANA_WINDOW_S:
             raise NotAuthentic("grafana timestamp outside the window")
         expected = _hex_hmac(secret, stamp.encode(), b":", body)
     else:

@@ -97,6 +97,8 @@ async def test_a_firing_alert_opens_one_thread_and_one_analysis_and_repeats_add_
     alert_bot: Bot, fake_llm, slack_api
 ) -> None:
     fake_llm.script(fp.TextReply("Checkout latency is high because payments-db is slow."))
+    # The dispatchers' group exists already, as it does for every worker after the first.
+    await alert_bot.redis.xgroup_create(KEYS.alerts_stream, KEYS.alerts_group, mkstream=True)
     await alert_bot.start_worker()
     payload = firing()
     for _ in range(4):  # the notification, its retry and two repeat intervals
@@ -295,3 +297,27 @@ async def test_the_same_alert_firing_again_sees_the_first_answer_through_past_an
 
 def _all_posts(slack_api: Any) -> list[Any]:
     return [c for c in slack_api.calls_to("chat.postMessage") if c.status == 200]
+
+
+async def test_a_flapping_alert_counts_against_its_routes_limit_each_time_it_opens(
+    bot_settings: Settings, redis_client, fake_llm, slack_api
+) -> None:
+    settings = alert_settings(
+        bot_settings, alert_max_per_hour=1, alert_routes=routes(mode="notify")
+    )
+    async with open_bot(settings, redis_client) as bot:
+        await bot.start_worker()
+        first = firing()
+        assert (await send_alertmanager(bot, first)).status_code == 200
+        assert (await send_alertmanager(bot, resolved(first))).status_code == 200
+        await slack_api.wait_until(
+            lambda: any("Resolved at" in c.params["text"] for c in _all_posts(slack_api))
+        )
+        again = firing()
+        again["alerts"][0]["startsAt"] = "2026-12-02T11:00:00Z"  # it fires again
+        assert (await send_alertmanager(bot, again)).status_code == 200
+        await drained(redis_client)
+    texts = [c.params["text"] for c in roots(slack_api)]
+    assert sum("Firing" in t for t in texts) == 1
+    assert sum("held back" in t for t in texts) == 1
+    assert fake_llm.requests == []  # notify: no analysis at all

@@ -104,6 +104,9 @@ def test_grafanas_payload_and_hmac_with_and_without_its_timestamp() -> None:
         verify_grafana(body + b" ", headers, SECRET, now=0)
     with pytest.raises(NotAuthentic):
         verify_grafana(body, {}, SECRET, now=0)
+    for stamp in ("²", "9" * 5000, "-1"):  # never a 500: each is just not unix seconds
+        with pytest.raises(NotAuthentic):
+            verify_grafana(body, {**headers, "x-grafana-alerting-timestamp": stamp}, SECRET, now=0)
     n = parse_grafana(body)
     assert n.sender is AlertSender.GRAFANA and n.title == "[FIRING:1] checkout"
     assert n.alerts[0].dashboard_url and n.alerts[0].values == (("A", "2.5"),)
