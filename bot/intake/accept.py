@@ -9,9 +9,13 @@ kill switch command that could not be carried out is forgotten, so the platform'
 taken for a duplicate.
 
 A "Mark answer wrong" press is taken before any routing (no policy row routes it anywhere): the
-memory marks the analysis its card names (`MemoryBook.mark_wrong`, the first mark kept), then
+memory marks the analysis its card names (`MemoryBook.mark_wrong`, the first mark kept), its
+final card is recorded again as marked (`CardRecord.show_marked_wrong`: still final, never
+reopened, only while the thread's record is still that card; the reaper's sweep shows it), then
 its dedupe marker is set and a first delivery audited (`marked_wrong`), so a delivery that
-failed before its mark is marked on the platform's retry, and each press is audited once.
+failed before its mark is marked on the platform's retry, and each press is audited once. Both
+the mark and the card's new state are idempotent (a marked card is not marked again), so a
+second press, by anyone, keeps the first mark.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from bot.errors import QueueUnavailable
 from bot.events import ChatEvent, EventKind
 from bot.intake.queue import DEDUPE_TTL_S, Queue
 from bot.intake.routing import RoutingOutcome, route_event
+from bot.publishing.card_record import CardRecord
 from bot.state.audit import AuditEvent, AuditLog, clip
 from bot.state.memory import MemoryBook
 from bot.tracing import taking
@@ -154,6 +159,8 @@ class Intake:
         turn, who = event.action_value, event.author_name or event.person
         if not turn or not await self._memory.mark_wrong(turn, who=who, when=arrived):
             return Taken(RoutingOutcome.IGNORED, marked=WrongMark(False, NOT_ON_RECORD))
+        record = CardRecord(self._redis, self.queue.keys, event.session_id)
+        await record.show_marked_wrong(turn, who)
         marker = self.queue.keys.seen_event(event.platform, event.event_id)
         with map_redis_errors("mark a press seen"):
             first = await self._redis.set(marker, "1", nx=True, ex=DEDUPE_TTL_S)

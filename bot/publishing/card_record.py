@@ -13,6 +13,10 @@ JSON), and who may write it. Writers are fenced by lease token and sequence:
 - `delivered` says whether that final state reached the platform: `1`, `0`, or
   `sending:<unix time>` while a sender has it. A final not yet delivered is also named in the
   undelivered-finals index (`BotKeys.undelivered_cards`), which the reaper sweeps.
+- A final card is shown again only as the same analysis's final card (`refinal`: its answer
+  marked wrong), never reopened: only while the record is still the one its caller read
+  (final, the same `seq` and `message_id`) and no sender holds an older state; the new state is
+  then an undelivered final, which the reaper's sweep shows on the card's own message.
 
 Each fenced check-and-write is one Lua script, so two writers never interleave inside one.
 """
@@ -26,11 +30,13 @@ from bot.keys import BotKeys
 from bot.publishing.platform import CardTarget
 from cards import ProgressCard
 
-__all__ = ["CARD_TTL_S", "DELIVERY_STALE_S", "CardRecord"]
+__all__ = ["CARD_TTL_S", "DELIVERY_STALE_S", "MARKED_BY_CHARS", "CardRecord"]
 
 CARD_TTL_S = 30 * 24 * 3600
 DELIVERY_STALE_S = 60
 """A final state whose sender has not confirmed it within this long is sent again (reaper)."""
+MARKED_BY_CHARS = 200
+"""Longest name kept of who marked a card's answer wrong (the renderers show fewer)."""
 
 
 class CardRecord:
@@ -47,6 +53,7 @@ class CardRecord:
         self._abandon = register_lua(redis, "bot.publishing", "card_record_abandon")
         self._take_delivery = register_lua(redis, "bot.publishing", "card_record_take_delivery")
         self._drop_delivery = register_lua(redis, "bot.publishing", "card_record_drop_delivery")
+        self._refinal = register_lua(redis, "bot.publishing", "card_record_refinal")
 
     async def attach(self, token: int, target: CardTarget) -> str:
         """Become the card's writer; the live card's message id, or '' to post a new one."""
@@ -78,6 +85,47 @@ class CardRecord:
                 args=[self.session_id, final.to_json(), seq],
             )
         return bool(done)
+
+    async def refinal(self, final: ProgressCard, *, seq: str, message_id: str) -> bool:
+        """Record `final`, a new state of the final card read at `seq` on `message_id`.
+
+        Refused (False) when the record changed since it was read (a write, or a later analysis
+        in the thread on a message of its own), is not final, or a sender holds an older state.
+        On success the state is an undelivered final: the reaper's next sweep shows it.
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        assert final.is_final
+        with map_redis_errors("record a final card again"):
+            done = await self._refinal(
+                keys=[self._key, self._undelivered],
+                args=[self.session_id, final.to_json(), seq, message_id],
+            )
+        return bool(done)
+
+    async def show_marked_wrong(self, turn_id: str, who: str) -> bool:
+        """Show the final card of `turn_id` with its answer marked wrong by `who` (`refinal`).
+
+        Only the card this record holds is shown again, and only while it is that analysis's
+        final, answered card nobody marked yet; a later analysis in the thread has a card of its
+        own, which this never touches. False when nothing was recorded.
+
+        Raises:
+            StoreError: Redis failed.
+        """
+        fields = await self.read()
+        if fields.get("final") != "1" or not fields.get("state"):
+            return False
+        try:
+            card = ProgressCard.from_json(fields["state"])
+        except ValueError:
+            return False
+        if card.turn_id != turn_id or not card.can_mark_wrong:
+            return False
+        marked = card.evolve(marked_wrong_by=who[:MARKED_BY_CHARS])
+        seq, message_id = fields.get("seq", ""), fields.get("message_id", "")
+        return await self.refinal(marked, seq=seq, message_id=message_id)
 
     async def take_delivery(self, stale_s: float = DELIVERY_STALE_S) -> bool:
         """Take the delivery of the recorded final state, unless another is sending it."""
