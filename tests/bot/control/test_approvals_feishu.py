@@ -167,7 +167,8 @@ async def test_f13_presses_on_the_feishu_card_decide_the_waiting_call(
     assert final_id == card_id  # the same card, answered in place
     assert final["header"]["template"] == HEADER_TEMPLATES[CardStatus.ANSWERED]
     assert "Restarted checkout." in card_text(final)
-    assert callback_values(final) == {}  # no Approve, Deny or Stop left on it
+    # No Approve, Deny or Stop left on it: only the answer's "Mark answer wrong".
+    assert set(callback_values(final)) == {"wrong"}
 
     # A press on a decided call changes nothing, and says so.
     late = approval_press(values["deny"], card_id, RESPONDER)
