@@ -70,12 +70,11 @@ async def accept(
 ) -> Response:
     """Decide and enqueue within `budget` seconds; 503 when Redis cannot take the event.
 
-        An Approve or Deny press is decided at once (`bot.intake.accept`); its answer is the body's
-        `message` (a Feishu card callback shows it as a toast). So is an admin's kill switch
+    An Approve or Deny press is decided at once (`bot.intake.accept`); its answer is the body's
+    `message` (a Feishu card callback shows it as a toast). So is an admin's kill switch
     command, and a "Mark answer wrong" press (`marked_wrong`: whether the analysis was on
-    record).
-        A press naming no waiting call (`Press.unknown`) is answered `unknown_call_status`: the
-        chat platforms need their 200, the console's client is told 404.
+    record). A press naming no waiting call (`Press.unknown`) is answered
+    `unknown_call_status`: the chat platforms need their 200, the console's client is told 404.
     """
     try:
         async with asyncio.timeout(max(budget, 0.0)):
