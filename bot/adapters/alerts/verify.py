@@ -10,6 +10,10 @@
   minutes from our clock is refused.
 - PagerDuty v3: `X-PagerDuty-Signature: v1=<hex HMAC-SHA256 of the raw body>`, several
   comma-separated while a secret is rotated; any one of them matching passes.
+
+Headers are looked up by name whatever their case (Starlette's `Headers` already are; a plain
+mapping is scanned once). An empty token or secret never verifies anything: a misconfiguration
+must not turn `Authorization: Bearer ` into a pass.
 """
 
 from __future__ import annotations
@@ -35,9 +39,23 @@ PAGERDUTY_SIGNATURE = "x-pagerduty-signature"
 MAX_SIGNATURES = 8
 
 
+def _header(headers: Mapping[str, str], name: str) -> str:
+    """The value of header `name` (lower case), whatever case the mapping spells it in."""
+    value = headers.get(name)
+    if value is None:
+        value = next((v for k, v in headers.items() if k.lower() == name), "")
+    return value
+
+
+def _require(secret: str, what: str) -> None:
+    if not secret:
+        raise NotAuthentic(f"no {what} configured")
+
+
 def verify_bearer(headers: Mapping[str, str], token: str) -> None:
-    """Raises: NotAuthentic: No `Authorization: Bearer <token>`, or another token."""
-    scheme, _, given = headers.get("authorization", "").strip().partition(" ")
+    """Raises: NotAuthentic: No `Authorization: Bearer <token>`, another token, or no token."""
+    _require(token, "alert token")
+    scheme, _, given = _header(headers, "authorization").strip().partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(
         given.strip().encode(), token.encode()
     ):
@@ -53,10 +71,11 @@ def _hex_hmac(secret: str, *parts: bytes) -> str:
 
 def verify_grafana(body: bytes, headers: Mapping[str, str], secret: str, *, now: float) -> None:
     """Raises: NotAuthentic: The signature is missing, wrong, or its timestamp is stale."""
-    given = headers.get(GRAFANA_SIGNATURE, "").strip().lower()
+    _require(secret, "grafana secret")
+    given = _header(headers, GRAFANA_SIGNATURE).strip().lower()
     if not given:
         raise NotAuthentic(f"no {GRAFANA_SIGNATURE} header")
-    stamp = headers.get(GRAFANA_TIMESTAMP, "").strip()
+    stamp = _header(headers, GRAFANA_TIMESTAMP).strip()
     if stamp:
         if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12):
             raise NotAuthentic("grafana timestamp is not unix seconds")
@@ -71,7 +90,8 @@ def verify_grafana(body: bytes, headers: Mapping[str, str], secret: str, *, now:
 
 def verify_pagerduty(body: bytes, headers: Mapping[str, str], secret: str) -> None:
     """Raises: NotAuthentic: No `v1=` signature of the body under `secret`."""
-    raw = headers.get(PAGERDUTY_SIGNATURE, "")
+    _require(secret, "pagerduty secret")
+    raw = _header(headers, PAGERDUTY_SIGNATURE)
     expected = "v1=" + _hex_hmac(secret, body)
     given = [s.strip() for s in raw.split(",", MAX_SIGNATURES)[:MAX_SIGNATURES]]
     if not any(hmac.compare_digest(s.encode(), expected.encode()) for s in given if s):

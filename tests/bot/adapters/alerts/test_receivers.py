@@ -145,3 +145,22 @@ def test_pagerduty_events_map_to_the_incidents_status_and_labels() -> None:
     with pytest.raises(MalformedRequest, match="id"):
         bad = {"event": {"event_type": "incident.triggered", "data": {"title": "no id"}}}
         parse_pagerduty(json.dumps(bad).encode())
+
+
+def test_headers_are_read_whatever_their_case_and_an_empty_secret_never_verifies() -> None:
+    verify_bearer({"Authorization": f"Bearer {TOKEN}"}, TOKEN)
+    payload = senders.pagerduty_payload("incident.resolved", incident_id="PGR0VU2", title="Down")
+    body, headers = senders.pagerduty_request(payload, SECRET)
+    verify_pagerduty(body, {"X-PagerDuty-Signature": headers["x-pagerduty-signature"]}, SECRET)
+    grafana = senders.grafana_payload(
+        group_key="{}:{}", alerts=[senders.am_alert("X", fingerprint="g")]
+    )
+    g_body, g_headers = senders.grafana_request(grafana, TOKEN, SECRET, now=1_800_000_000)
+    verify_grafana(g_body, {k.title(): v for k, v in g_headers.items()}, SECRET, now=1_800_000_000)
+    with pytest.raises(NotAuthentic):
+        verify_bearer({"authorization": "Bearer "}, "")
+    _, unsigned = senders.pagerduty_request(payload, "")
+    with pytest.raises(NotAuthentic):
+        verify_pagerduty(body, unsigned, "")
+    with pytest.raises(NotAuthentic):
+        verify_grafana(g_body, g_headers, "", now=1_800_000_000)
