@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.adapters.alerts.bounded import cut, pairs
+from bot.adapters.alerts.bounded import cut, invalid_fields, pairs
 from bot.adapters.untrusted_json import loads
 from bot.alerts import Alert, AlertNotification, AlertSender, AlertStatus
 from bot.errors import MalformedRequest
@@ -65,7 +65,7 @@ def parse_pagerduty(body: bytes) -> AlertNotification | None:
     try:
         event = _Payload.model_validate(raw).event
     except ValidationError as exc:
-        fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors()[:5])
+        fields = invalid_fields(exc)
         raise MalformedRequest(f"pagerduty payload: invalid or missing {fields}") from None
     status = _STATUS.get(event.event_type)
     if status is None:
@@ -73,7 +73,7 @@ def parse_pagerduty(body: bytes) -> AlertNotification | None:
     try:
         incident = _Incident.model_validate(event.data)
     except ValidationError as exc:
-        fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors()[:5])
+        fields = invalid_fields(exc)
         raise MalformedRequest(f"pagerduty incident: invalid or missing {fields}") from None
     if not incident.id:
         raise MalformedRequest("pagerduty incident: empty event.data.id")

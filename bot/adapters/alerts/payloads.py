@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bot.adapters.alerts.bounded import MAX_ALERTS, cut, pairs
+from bot.adapters.alerts.bounded import MAX_ALERTS, cut, invalid_fields, pairs
 from bot.adapters.untrusted_json import loads
 from bot.alerts import Alert, AlertNotification, AlertSender, AlertStatus
 from bot.errors import MalformedRequest
@@ -91,7 +91,7 @@ def _read(body: bytes, sender: AlertSender) -> _Payload:
     try:
         payload = _Payload.model_validate(raw)
     except ValidationError as exc:
-        fields = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors()[:5])
+        fields = invalid_fields(exc)
         raise MalformedRequest(f"{sender} payload: invalid or missing {fields}") from None
     if sender is AlertSender.ALERTMANAGER and payload.version != "4":
         raise MalformedRequest("alertmanager payload: version must be 4")

@@ -15,7 +15,7 @@ from bot.adapters.alerts import (
     verify_grafana,
     verify_pagerduty,
 )
-from bot.adapters.alerts.bounded import MAX_ALERTS, MAX_VALUE
+from bot.adapters.alerts.bounded import MAX_ALERTS, MAX_LABELS, MAX_VALUE
 from bot.alerts import AlertSender, AlertStatus
 from bot.errors import MalformedRequest, NotAuthentic
 from tests.fakes import alert_senders as senders
@@ -164,3 +164,19 @@ def test_headers_are_read_whatever_their_case_and_an_empty_secret_never_verifies
         verify_pagerduty(body, unsigned, "")
     with pytest.raises(NotAuthentic):
         verify_grafana(g_body, g_headers, "", now=1_800_000_000)
+
+
+def test_many_labels_keep_the_first_keys_in_order_and_a_400_names_fields_bounded() -> None:
+    many = am()
+    many["alerts"][0]["labels"] = {f"k{n:04}": "v" for n in range(1000, 0, -1)}
+    kept = parse_alertmanager(json.dumps(many).encode()).alerts[0].labels
+    assert [k for k, _ in kept] == [f"k{n:04}" for n in range(1, MAX_LABELS + 1)]
+    hostile = am()
+    hostile["alerts"][0]["labels"] = {"x" * 10_000: 1}
+    with pytest.raises(MalformedRequest) as refused:
+        parse_alertmanager(json.dumps(hostile).encode())
+    assert "alerts.0.labels" in refused.value.detail and len(refused.value.detail) < 400
+    with pytest.raises(MalformedRequest, match="body"):
+        parse_pagerduty(b"[]")
+    with pytest.raises(MalformedRequest, match="event.data"):
+        parse_pagerduty(b'{"event": {"event_type": "incident.triggered", "data": []}}')
