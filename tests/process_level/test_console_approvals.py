@@ -99,7 +99,8 @@ async def test_approve_typed_in_the_console_runs_the_call_and_the_answer_arrives
         seen = await console.shows(r"Waiting for approval", after=seen)
         seen = await console.shows(APPROVE_LINE, after=seen)
         call_id = _shown_call(console.screen, seen)
-        assert f"[ /deny {call_id} ] Deny" in console.screen
+        # The card's Deny line follows its Approve line; a read can end between the two.
+        await console.shows(rf"\[ /deny {call_id} \] Deny", after=seen)
         assert restarts(journal) == 0 and len(fake_llm.requests) == 1
 
         console.type(f"/approve {call_id}")
