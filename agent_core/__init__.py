@@ -6,6 +6,7 @@ Run a turn with `Runtime.run(TurnRequest(...))`; stop, steer or drain it from an
 
 from agent_core._approvals import Approval
 from agent_core._approvals import Verdict as ApprovalVerdict
+from agent_core._bells import BellHub
 from agent_core._budget import Budget
 from agent_core._diagnostics import RunDiagnostics, RunOutcome, SettleRecord
 from agent_core._errors import (
@@ -24,7 +25,6 @@ from agent_core._events import EventSource, RunEvent
 from agent_core._history import is_closed, validate_history
 from agent_core._intent_check import IntentCheck
 from agent_core._interrupts import (
-    BELL_TTL_S,
     PRIORITY,
     TOMBSTONE_TTL_S,
     WATCH_BLOCK_S,
@@ -112,11 +112,11 @@ __all__ = [
     "DISPATCH",
     "SessionKey",
     "WATCH_BLOCK_S",
+    "BellHub",
     "register_lua",
     "ApprovalVerdict",
     "SHELL_MAX_OUTPUT_BYTES",
     "Approval",
-    "BELL_TTL_S",
     "BodyLimit",
     "Budget",
     "CommandAllowlist",

@@ -10,14 +10,16 @@ are probed there in one Redis round trip, in this fixed priority:
 Steer and drain suspend the turn (it continues in a next turn); dispatch and await end it.
 
 Writers (`ControlPlane`) leave a durable record (tombstone, steer queue, drain key) and ring the
-session's bell; a live turn's watcher blocks on the bell so a stop is noticed within one Redis
-round trip without polling. The bell only wakes: the durable records are what a probe reads, so a
-ring that nobody heard loses nothing.
+session's bell (a Pub/Sub message); a live turn hears it through its process's `BellHub`, so a
+stop is noticed within one Redis round trip without polling, on one connection for every live
+turn. The bell only wakes: the durable records are what a probe reads, so a ring that nobody
+heard loses nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -28,7 +30,8 @@ from typing import Final, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from agent_core._errors import AgentError, StoreError
+from agent_core._bells import CHECK, BellHub
+from agent_core._errors import AgentError
 from agent_core._keys import Keys
 from agent_core._messages import UserKind, UserMessage, dump_message
 from agent_core._store import map_redis_errors
@@ -47,11 +50,11 @@ log = logging.getLogger(__name__)
 
 TOMBSTONE_TTL_S = 24 * 3600
 """A stop outlives a start event that arrives late by up to this long."""
-BELL_TTL_S = 3600
 WATCH_BLOCK_S = 2.0
-"""How long one blocking read of the bell lasts before it is re-issued. Kept well under the
-client's socket timeout (redis-py 8 defaults it to 5 s): a BLPOP that blocks as long as the socket
-timeout surfaces as a `TimeoutError`."""
+"""How long a waiter waits for a ring before it reads the records again anyway (a lease's expiry
+rings nothing), and how long a closing watcher may take to finish its last read."""
+RING_QUEUE = 16
+"""Rings a turn's watcher holds unread; past it, one check stands for the rest."""
 
 T = TypeVar("T")
 
@@ -130,8 +133,7 @@ class ControlPlane:
         self._keys = keys or Keys()
 
     def _ring(self, pipe: aioredis.client.Pipeline, session_id: str, note: str) -> None:
-        pipe.rpush(self._keys.bell(session_id), note)
-        pipe.expire(self._keys.bell(session_id), BELL_TTL_S)
+        pipe.publish(self._keys.bell(session_id), note)
 
     async def stop(self, session_id: str, turn_id: str, *, by: str = "") -> None:
         """Stop a turn, whether it is queued, running or not yet created (a tombstone)."""
@@ -186,8 +188,11 @@ class TurnSignals:
     on_steer: Callable[[], None] | None = None
     """Called, synchronously, when a steer is queued for the session: it waits for the next
     cut (and cancels the interruptible calls still running if `steer_cancels_tools`)."""
+    bells: BellHub | None = None
+    """Where the bell is heard: the process's hub for the client (`BellHub.of`) unless given."""
     _raised: set[Signal] = field(default_factory=set)
     _closing: bool = False
+    _recheck: bool = False
 
     def raise_local(self, signal: Signal) -> None:
         """Raise a signal from inside the process (a tool's dispatch/await, a worker's drain)."""
@@ -232,64 +237,71 @@ class TurnSignals:
 
     @asynccontextmanager
     async def watching(self) -> AsyncIterator[None]:
-        """Run the bell watcher for the duration of the block.
+        """Hear the session's bell for the duration of the block.
 
-        The watcher is stopped cooperatively (a closing flag plus a ring of the bell) rather
-        than by cancelling its blocking read: redis-py can lose a cancellation delivered in the
-        middle of a blocking command. The shutdown is shielded and time-bounded (`asyncio.shield`
-        rather than an anyio scope, which would absorb the caller's cancellation), so a second
-        cancellation of the caller cannot leave the watcher running after its turn.
+        Rings arrive through the process's `BellHub` (one Redis connection for every live
+        turn) into this turn's bounded queue; the watcher task reacts to them, one short read
+        each. The watcher is stopped cooperatively (a closing mark in its queue) and, past a
+        bound, cancelled; the shutdown is shielded (`asyncio.shield` rather than an anyio scope,
+        which would absorb the caller's cancellation), so a second cancellation of the caller
+        cannot leave the watcher running after its turn.
         """
+        hub = self.bells or BellHub.of(self.redis, self.keys.prefix)
+        rings: asyncio.Queue[str | None] = asyncio.Queue(RING_QUEUE)
         self._closing = False
         loop = asyncio.get_running_loop()
-        watcher = loop.create_task(self._watch())
+        watcher = loop.create_task(self._watch(rings))
         try:
-            yield
+            async with hub.listening(self.keys.bell(self.session_id), self._heard(rings)):
+                yield
         finally:
-            self._closing = True
-            stopping = loop.create_task(self._stop_watcher(watcher))
+            stopping = loop.create_task(self._stop_watcher(watcher, rings))
             try:
                 await asyncio.shield(stopping)
             except asyncio.CancelledError:
                 await asyncio.wait({stopping})  # bounded: finish the cleanup, then propagate
                 raise
 
-    async def _stop_watcher(self, watcher: asyncio.Task[None]) -> None:
-        await self._wake()
-        done, _ = await asyncio.wait({watcher}, timeout=WATCH_BLOCK_S + 1)
+    def _heard(self, rings: asyncio.Queue[str | None]) -> Callable[[str], None]:
+        def heard(note: str) -> None:
+            try:
+                rings.put_nowait(note)
+            except asyncio.QueueFull:  # a flood of rings: one check reads what they all meant
+                self._recheck = True
+
+        return heard
+
+    async def _stop_watcher(
+        self, watcher: asyncio.Task[None], rings: asyncio.Queue[str | None]
+    ) -> None:
+        self._closing = True
+        with contextlib.suppress(asyncio.QueueFull):
+            rings.put_nowait(None)
+        done, _ = await asyncio.wait({watcher}, timeout=WATCH_BLOCK_S)
         if not done:
             watcher.cancel()
             await asyncio.wait({watcher})
         if not watcher.cancelled() and watcher.exception() is not None:
             log.error("signal watcher failed", exc_info=watcher.exception())
 
-    async def _wake(self) -> None:
-        bell = self.keys.bell(self.session_id)
-        try:
-            with map_redis_errors("wake watcher"):
-                async with self.redis.pipeline(transaction=True) as pipe:
-                    pipe.rpush(bell, f"wake:{self.turn_id}")
-                    pipe.expire(bell, BELL_TTL_S)
-                    await pipe.execute()
-        except StoreError as exc:
-            log.warning("could not wake the signal watcher: %s", exc)
-
-    async def _watch(self) -> None:
-        """Block on the session's bell and react to rings until closed."""
-        bell = self.keys.bell(self.session_id)
+    async def _watch(self, rings: asyncio.Queue[str | None]) -> None:
+        """React to the session's rings until closed."""
         while not self._closing:
+            note = await rings.get()
+            if note is None:
+                break
             checkpoint()
+            if self._recheck and rings.empty():
+                self._recheck, note = False, CHECK
             try:
-                item = await self.redis.blpop([bell], timeout=WATCH_BLOCK_S)
-                if item is not None:
-                    note = item[1].decode() if isinstance(item[1], bytes) else str(item[1])
-                    await self._on_ring(note)
-            except RedisError as exc:
-                log.warning("signal watcher: %s; retrying", exc)
-                await asyncio.sleep(0.5)  # back off; the probes still read the durable records
+                await self._on_ring(note)
+            except RedisError as exc:  # the probes at every cut still read the records
+                log.warning("signal watcher: %s", exc)
 
     async def _on_ring(self, note: str) -> None:
-        if note == f"stop:{self.turn_id}":
+        if note == CHECK:  # rings may have gone unheard: read what they would have said
+            await self._check()
+        elif note == f"stop:{self.turn_id}":
             by = "stop"
             try:  # who stopped is on the tombstone; the ring alone is proof enough of a stop
                 tomb = await self.redis.get(self.keys.tombstone(self.session_id, self.turn_id))
@@ -300,8 +312,22 @@ class TurnSignals:
         elif note == "steer":
             # Only a steer still queued counts: a ring can outlive its steer.
             if await self.redis.llen(self.keys.steers(self.session_id)):
-                if self.on_steer is not None:
-                    self.on_steer()
-                if self.steer_cancels_tools:
-                    self._abort("a steer")
+                self._steered()
         # Rings for other turns of the session are stale wake-ups: the records decide.
+
+    def _steered(self) -> None:
+        if self.on_steer is not None:
+            self.on_steer()
+        if self.steer_cancels_tools:
+            self._abort("a steer")
+
+    async def _check(self) -> None:
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(k.tombstone(self.session_id, self.turn_id))
+            pipe.llen(k.steers(self.session_id))
+            tomb, steers = await pipe.execute()
+        if tomb is not None:
+            self.accept_stop(tomb.decode() if isinstance(tomb, bytes) else str(tomb))
+        elif steers:
+            self._steered()

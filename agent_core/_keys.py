@@ -68,7 +68,7 @@ class Keys:
         return self.key(session_id, SessionKey.STEERS)
 
     def bell(self, session_id: str) -> str:
-        """List used only to wake a live turn's watcher (entries: `stop:<turn>`, `steer`, ...)."""
+        """Pub/Sub channel that only wakes a live turn's watcher (`stop:<turn>`, `steer`, ...)."""
         return self.key(session_id, SessionKey.BELL)
 
     def tombstone(self, session_id: str, turn_id: str) -> str:

@@ -131,7 +131,6 @@ class HistoryStore:
             k.begun(session_id, turn_id),
             k.history(session_id),
             k.steers(session_id),
-            k.bell(session_id),
             k.drain(session_id, turn_id),
             fence.key if fence else k.history(session_id),
             k.history_generation(session_id),

@@ -642,7 +642,7 @@ def _stream_table(streams: list[StreamStats]) -> Table:
         ("events / probe", lambda s: f"{s.events / s.probes:.1f}"),
         ("Redis round trips (client)", lambda s: f"{s.round_trips:.1f}"),
         ("  of which probes", lambda s: f"{s.probes:.1f}"),
-        ("  other (store, journal, bell)", lambda s: f"{s.round_trips - s.probes:.1f}"),
+        ("  other (store, journal)", lambda s: f"{s.round_trips - s.probes:.1f}"),
         ("Redis commands (server)", lambda s: f"{s.commands:.1f}"),
         ("  LLEN = probes seen by server", lambda s: f"{s.llen_calls:.1f}"),
         ("  probe commands (3 per probe)", lambda s: f"{_PROBE_COMMANDS * s.llen_calls:.1f}"),

@@ -100,7 +100,7 @@ class BotKeys:
         return self.session.key(session_id, BotSessionKey.FENCE)
 
     def lease_free(self, session_id: str) -> str:
-        """List rung when the session's lease is released (a waiting worker blocks on it)."""
+        """Pub/Sub channel rung when the session's lease is released (a waiting worker hears it)."""
         return self.session.key(session_id, BotSessionKey.LEASE_FREE)
 
     @property

@@ -128,8 +128,7 @@ class Deployment:
     async def released(self, session: str, timeout_s: float = 30.0) -> None:
         """Wait until the session's lease is free and its card's final state was delivered.
 
-        The lease-free ring only wakes the wait: a token left by an earlier release (of a
-        drained worker, say) does not end it.
+        Read from the records (a lease-free ring is heard only by a subscriber listening then).
         """
         lease, card = KEYS.live_turn(session), KEYS.card(session)
         async with asyncio.timeout(timeout_s):
@@ -140,7 +139,7 @@ class Deployment:
                     held, (final, delivered) = await pipe.execute()
                 if not held and final == b"1" and delivered == b"1":
                     return
-                await self.redis.blpop([KEYS.lease_free(session)], timeout=BLOCK_MS / 1000)
+                await asyncio.sleep(0.05)
 
     async def holder(self, session: str) -> Chatops:
         """The worker process holding the session's lease (its name is in its log)."""

@@ -38,7 +38,6 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from agent_core import (
-    BELL_TTL_S,
     TOMBSTONE_TTL_S,
     TURN_KEY_TTL_S,
     SessionKey,
@@ -88,7 +87,6 @@ def _submit_values() -> dict[str, object]:
         **{name.name: name.value for name in layout},
         "PARTICIPANTS_TTL": TURN_KEY_TTL_S,
         "KEEP": TOMBSTONE_TTL_S,
-        "BELL_TTL": BELL_TTL_S,
         "DEDUPE_TTL": DEDUPE_TTL_S,
     }
 

@@ -15,6 +15,7 @@ The scripts are `bot/state/lua/lease_*.lua`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -22,15 +23,20 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from agent_core import WATCH_BLOCK_S, StoreError, checkpoint, map_redis_errors, register_lua
+from agent_core import (
+    WATCH_BLOCK_S,
+    BellHub,
+    StoreError,
+    checkpoint,
+    map_redis_errors,
+    register_lua,
+)
 from bot.errors import LeaseLost
 from bot.keys import BotKeys
 
 __all__ = ["Lease", "LeaseLost", "Leases"]
 
 log = logging.getLogger(__name__)
-
-FREE_RING_TTL_S = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,17 +76,24 @@ class Leases:
         return Lease(session_id, int(value), worker) if taken else None
 
     async def acquire(self, session_id: str, worker: str, turn_id: str) -> Lease:
-        """Take the session's lease, waiting (woken by its release) while another holds it."""
-        free = self._keys.lease_free(session_id)
-        while True:
-            checkpoint()
-            lease = await self.try_acquire(session_id, worker, turn_id)
-            if lease is not None:
-                return lease
-            # Woken by a release; bounded below redis-py's socket timeout (WATCH_BLOCK_S), and
-            # an expiry (a dead holder) rings nothing, so the wait is re-tried in any case.
-            with map_redis_errors("wait for lease"):
-                await self._redis.blpop([free], timeout=WATCH_BLOCK_S)
+        """Take the session's lease, waiting (woken by its release) while another holds it.
+
+        The wait hears the release ring through the process's `BellHub` (no connection held
+        per waiter); an expiry (a dead holder) rings nothing, so it is retried every
+        `WATCH_BLOCK_S` in any case.
+        """
+        freed = asyncio.Event()
+        hub = BellHub.of(self._redis, self._keys.session.prefix)
+        async with hub.listening(self._keys.lease_free(session_id), lambda _note: freed.set()):
+            while True:
+                checkpoint()
+                freed.clear()
+                lease = await self.try_acquire(session_id, worker, turn_id)
+                if lease is not None:
+                    return lease
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(WATCH_BLOCK_S):
+                        await freed.wait()
 
     async def renew(self, lease: Lease, turn_id: str = "") -> None:
         """Extend the lease (and name the chain's current turn); `LeaseLost` when not ours."""
@@ -104,7 +117,7 @@ class Leases:
                     k.lease_free(lease.session_id),
                     k.lease_starts,
                 ],
-                args=[lease.token, lease.session_id, FREE_RING_TTL_S],
+                args=[lease.token, lease.session_id],
             )
         return bool(released)
 

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agent_core import (
+    BellHub,
     Completed,
     ControlPlane,
     Drained,
@@ -243,7 +244,11 @@ async def test_the_watcher_never_outlives_its_run(redis_client: aioredis.Redis) 
     await runtime.run(TurnRequest(session_id="s", turn_id="t1", inputs=GO))
     leftover = [t for t in asyncio.all_tasks() - before if "_watch" in repr(t.get_coro())]
     assert leftover == []
-    assert await redis_client.ttl(runtime._keys.bell("s")) != -1, "the bell never lives forever"
+    hub = BellHub.of(redis_client, runtime._keys.prefix)
+    assert (hub.waiting, hub.subscriptions) == (0, 1), "heard on the hub, which let go after"
+    listeners = [t for t in asyncio.all_tasks() - before if "_listen" in repr(t.get_coro())]
+    assert listeners == []
+    assert await redis_client.exists(runtime._keys.bell("s")) == 0, "a bell stores nothing"
 
 
 async def test_a_stream_cut_before_it_finished_is_never_persisted(

@@ -58,8 +58,7 @@ elseif route == 'steer' then
   took_part()
   redis.call('RPUSH', p .. '@STEERS@', ARGV[3])
   redis.call('EXPIRE', p .. '@STEERS@', keep)
-  redis.call('RPUSH', bell, 'steer')
-  redis.call('EXPIRE', bell, @BELL_TTL@)
+  redis.call('PUBLISH', bell, 'steer')
 elseif route == 'stop' then
   wake_awaiting()
   if sent_at > tonumber(redis.call('GET', stopped_key) or '0') then
@@ -71,9 +70,8 @@ elseif route == 'stop' then
   end
   for _, turn in ipairs(turns) do
     redis.call('SET', p .. '@TOMBSTONE@' .. turn, ARGV[7], 'EX', keep)
-    redis.call('RPUSH', bell, 'stop:' .. turn)
+    redis.call('PUBLISH', bell, 'stop:' .. turn)
   end
-  redis.call('EXPIRE', bell, @BELL_TTL@)
   result = tostring(#turns)
 elseif route == 'queue' or route == 'approve' then
   local key = p .. (route == 'queue' and '@INBOX@' or '@APPROVAL_PRESSES@')

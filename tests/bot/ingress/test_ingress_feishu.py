@@ -28,6 +28,7 @@ from bot.keys import BotKeys
 from bot.settings import Settings
 from tests.fakes import signing as sg
 from tests.fakes.feishu_api import FakeFeishuAPI
+from tests.rings import rings
 
 ENCRYPT_KEY = "test-encrypt-key-0123456789"
 TOKEN = "verification-token-abc"
@@ -208,13 +209,14 @@ async def test_f13_a_stop_press_on_the_card_tombstones_its_turn_once(feishu, red
         open_message_id="om_card_1",
         event_id="ev-press-1",
     )
-    for _ in range(2):  # a replayed callback (new nonce each time) acts once
-        response = await feishu.post("/feishu/card", sealed(press))
-        assert response.status_code == 200
-        assert response.json()["toast"]["type"] == "info"
     session = session_id_for("feishu", sg.FEISHU_TENANT_KEY, sg.FEISHU_CHAT_ID, root)
+    async with rings(redis_client, Keys().bell(session)) as bell:
+        for _ in range(2):  # a replayed callback (new nonce each time) acts once
+            response = await feishu.post("/feishu/card", sealed(press))
+            assert response.status_code == 200
+            assert response.json()["toast"]["type"] == "info"
+        assert await bell.so_far() == [f"stop:{job['turn_id']}"]
     assert await redis_client.exists(Keys().tombstone(session, job["turn_id"])) == 1
-    assert await redis_client.llen(Keys().bell(session)) == 1
     unsigned = sealed(press, sign=False)
     assert (await feishu.post("/feishu/card", unsigned)).status_code == 401
 
@@ -245,10 +247,11 @@ async def test_f14_a_legacy_card_callback_is_verified_with_the_token(feishu, red
     session = session_id_for("feishu", sg.FEISHU_TENANT_KEY, sg.FEISHU_CHAT_ID, root)
     assert await redis_client.exists(Keys().tombstone(session, job["turn_id"])) == 0
     genuine = sg.feishu_legacy_card_request(press, verification_token=TOKEN)
-    assert (await feishu.post("/feishu/card", genuine)).status_code == 200
-    assert await redis_client.exists(Keys().tombstone(session, job["turn_id"])) == 1
-    assert (await feishu.post("/feishu/card", genuine)).status_code == 200  # replay: no-op
-    assert await redis_client.llen(Keys().bell(session)) == 1
+    async with rings(redis_client, Keys().bell(session)) as bell:
+        assert (await feishu.post("/feishu/card", genuine)).status_code == 200
+        assert await redis_client.exists(Keys().tombstone(session, job["turn_id"])) == 1
+        assert (await feishu.post("/feishu/card", genuine)).status_code == 200  # replay: no-op
+        assert await bell.so_far() == [f"stop:{job['turn_id']}"]
 
 
 def _receive_with(**message_fields: Any) -> dict[str, Any]:
@@ -360,11 +363,13 @@ async def test_a9_a_card_press_for_another_app_stops_nothing(feishu, redis_clien
     """A9: a Stop press from another app's card is acknowledged and changes nothing."""
     root = "om_root_a9_app"
     session, turn = await _started_turn(feishu, redis_client, root)
-    foreign = await feishu.post("/feishu/card", sealed(_stop_press(root, turn, app_id=OTHER_APP)))
-    assert foreign.status_code == 200
-    assert "toast" not in foreign.json()
+    async with rings(redis_client, Keys().bell(session)) as bell:
+        press = sealed(_stop_press(root, turn, app_id=OTHER_APP))
+        foreign = await feishu.post("/feishu/card", press)
+        assert foreign.status_code == 200
+        assert "toast" not in foreign.json()
+        assert await bell.so_far() == []
     assert await redis_client.exists(Keys().tombstone(session, turn)) == 0
-    assert await redis_client.llen(Keys().bell(session)) == 0
     ours = await feishu.post("/feishu/card", sealed(_stop_press(root, turn)))
     assert ours.json()["toast"]["type"] == "info"
     assert await redis_client.exists(Keys().tombstone(session, turn)) == 1

@@ -18,6 +18,7 @@ from bot.worker.clients import require_durable_redis
 from bot.worker.process import MAX_DELIVERIES
 from tests.fakes import openai_provider as fp
 from tests.fakes import signing as sg
+from tests.rings import rings
 from tests.slack_view import card_text, final_card, stop_buttons
 
 KEYS = BotKeys()
@@ -58,9 +59,10 @@ async def test_q7_a_job_that_keeps_killing_its_workers_is_dead_lettered(
         await redis_client.xclaim(
             KEYS.turns_stream, KEYS.turns_group, "ghost", 0, [entry_id], idle=10 * 60 * 1000
         )
-    await bot.start_worker()
     session = session_id_for("slack", sg.SLACK_TEAM_ID, sg.SLACK_CHANNEL_ID, thread)
-    assert await redis_client.blpop([KEYS.lease_free(session)], timeout=4)  # handled: released
+    async with rings(redis_client, KEYS.lease_free(session)) as free:
+        await bot.start_worker()
+        await free.wait_for("free")  # handled: released
     dead: Any = await redis_client.xrange(KEYS.dead_letters)
     assert [fields[b"entry"] for _, fields in dead] == [entry_id]
     assert fake_llm.requests == []  # never run again
