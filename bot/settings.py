@@ -23,6 +23,15 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(default=None, validation_alias="REDIS_URL")
     """Unset: an embedded Redis is started for local use."""
+    redis_max_connections: int = Field(
+        default=64, ge=4, le=10_000, validation_alias="CHATOPS_REDIS_MAX_CONNECTIONS"
+    )
+    """Redis connections one process (ingress, worker, scheduler) opens at most; a command finding
+    them all busy waits for one (`bot.process.redis_pool`)."""
+    redis_pool_timeout_s: float = Field(
+        default=10.0, gt=0, le=300, validation_alias="CHATOPS_REDIS_POOL_TIMEOUT_S"
+    )
+    """Seconds a command waits for a free connection before it fails as Redis being unavailable."""
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
     model: str = Field(default="gpt-4o-mini", validation_alias="CHATOPS_MODEL")

@@ -32,7 +32,13 @@ from bot.adapters.slack.inbound import SlackIdentity
 from bot.errors import BotConfigError, QueueUnavailable
 from bot.ingress.alert_webhooks import add_alert_webhooks
 from bot.ingress.body_limits import BodyLimits, BoundedBody
-from bot.ingress.context import MAX_BODY_BYTES, REDIS_CALL_S, Ingress, ingress_redis
+from bot.ingress.context import (
+    ACK_BUDGET_S,
+    MAX_BODY_BYTES,
+    REDIS_CALL_S,
+    Ingress,
+    ingress_redis,
+)
 from bot.ingress.probes import add_probes
 from bot.ingress.run_pages import add_run_pages
 from bot.ingress.webhooks import add_webhooks
@@ -138,7 +144,11 @@ def _count_refused(scope: Scope, status: int) -> None:
 
 def _redis_from(settings: Settings) -> aioredis.Redis:
     assert settings.redis_url, "checked in create_app"
-    return ingress_redis(settings.redis_url)
+    return ingress_redis(
+        settings.redis_url,
+        max_connections=settings.redis_max_connections,
+        wait_s=min(settings.redis_pool_timeout_s, ACK_BUDGET_S),
+    )
 
 
 @asynccontextmanager

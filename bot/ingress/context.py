@@ -27,6 +27,7 @@ from bot.intake.alert_intake import AlertIntake
 from bot.intake.metrics import IngressMetrics
 from bot.intake.queue import Queue
 from bot.policy.alert_routes import AlertRoute
+from bot.process.redis_pool import DEFAULT_MAX_CONNECTIONS, pooled_redis
 from bot.settings import Settings
 from bot.state.audit import AuditLog
 from bot.state.memory import MemoryBook
@@ -102,7 +103,9 @@ class Ingress:
             raise QueueUnavailable(f"cannot check the nonce: {exc}") from exc
 
 
-def ingress_redis(url: str) -> aioredis.Redis:
+def ingress_redis(
+    url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS, wait_s: float = ACK_BUDGET_S
+) -> aioredis.Redis:
     """The ingress's Redis client (bench/ingress.py builds the same).
 
     redis-py's per-command socket timeout is off: it wraps every read in a timer of its own, a
@@ -110,7 +113,15 @@ def ingress_redis(url: str) -> aioredis.Redis:
     0.51-0.53x of a bare endpoint, together with the lookup caching in routing and metrics).
     Every command this client sends runs under a deadline of the caller's instead (the 2.5 s
     ack budget, readyz's 1 s, `REDIS_CALL_S` elsewhere), and redis-py drops a connection
-    whose command was cancelled. A URL that sets
-    `socket_timeout` still wins.
+    whose command was cancelled. A URL that sets `socket_timeout` still wins.
+
+    The pool holds `max_connections`; a request finding them all busy waits for one, within its
+    own deadline (`bot.process.redis_pool`), instead of being answered 503 at once.
     """
-    return aioredis.Redis.from_url(url, socket_timeout=None, socket_connect_timeout=REDIS_CALL_S)
+    return pooled_redis(
+        url,
+        max_connections=max_connections,
+        wait_s=wait_s,
+        socket_timeout=None,
+        socket_connect_timeout=REDIS_CALL_S,
+    )

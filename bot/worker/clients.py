@@ -20,6 +20,7 @@ from bot.control.subagent_desk import SubagentCards
 from bot.control.subagents import SubagentRegistry
 from bot.errors import BotConfigError
 from bot.events import Platform
+from bot.process.redis_pool import DEFAULT_MAX_CONNECTIONS, DEFAULT_WAIT_S, pooled_redis
 from bot.publishing.channel_posts import ChannelPoster
 from bot.publishing.metered_platform import MeteredPlatform
 from bot.publishing.platform import ChatPlatform
@@ -150,7 +151,9 @@ def channel_posters(
     return posters
 
 
-def worker_redis(url: str) -> aioredis.Redis:
+def worker_redis(
+    url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS, wait_s: float = DEFAULT_WAIT_S
+) -> aioredis.Redis:
     """The Redis client of the worker and the scheduler: it waits a paused Redis out.
 
     redis-py's default 5 s per-command socket timeout would turn a Redis that stalls for a few
@@ -162,6 +165,10 @@ def worker_redis(url: str) -> aioredis.Redis:
     a paused but living server still answers: keepalive probes on an idle connection, and
     `TCP_USER_TIMEOUT` for a command whose bytes are never acknowledged, both in about half a
     minute. A URL that sets `socket_timeout` still wins.
+
+    The pool holds `max_connections` and a command waits `wait_s` for a free one
+    (`bot.process.redis_pool`): the live turns' rings share one connection (`agent_core.BellHub`),
+    so the pool is sized for short commands, not for turns.
     """
     keepalive = {
         socket.TCP_KEEPIDLE: KEEPALIVE_IDLE_S,
@@ -169,8 +176,10 @@ def worker_redis(url: str) -> aioredis.Redis:
         socket.TCP_KEEPCNT: KEEPALIVE_PROBES,
         socket.TCP_USER_TIMEOUT: UNACKNOWLEDGED_MS,
     }
-    return aioredis.Redis.from_url(
+    return pooled_redis(
         url,
+        max_connections=max_connections,
+        wait_s=wait_s,
         socket_timeout=None,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         socket_keepalive=True,
@@ -192,7 +201,11 @@ async def open_clients(
         raise BotConfigError("REDIS_URL is not set")
     if redis is None:
         assert settings.redis_url
-        redis = worker_redis(settings.redis_url)  # connects on first use, not here
+        redis = worker_redis(  # connects on first use, not here
+            settings.redis_url,
+            max_connections=settings.redis_max_connections,
+            wait_s=settings.redis_pool_timeout_s,
+        )
         stack.push_async_callback(redis.aclose)
     platforms = platforms_from(settings, redis)
     for platform in platforms.values():

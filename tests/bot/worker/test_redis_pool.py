@@ -1,0 +1,97 @@
+"""A worker's Redis connections are bounded by `CHATOPS_REDIS_MAX_CONNECTIONS`, not by its turns.
+
+Why this way: the promise is about the worker built from the settings as `chatops worker` builds
+it, so the worker opens its own client from `REDIS_URL` (named through the URL, so that the real
+redis-server's CLIENT LIST tells its connections apart from the test's and the ingress's), and
+thirty analyses hold an `http_get` open at once against a pool of six. Before, every live turn
+held a connection of its own in a blocking read, and an exhausted pool failed the command at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from bot.process.redis_pool import pooled_redis
+from bot.settings import Settings
+from bot.worker.assembly import open_worker
+from bot.worker.process import WorkerOptions
+from tests.fakes import openai_provider as fp
+from tests.fakes import signing as sg
+from tests.fakes.service import SlowService
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.inprocess_bot import open_bot
+from tests.slack_view import card_text, final_card
+
+ANALYSES = 30
+POOL = 6
+NAME = "pooled-worker"
+
+
+async def worker_connections(redis: aioredis.Redis) -> int:
+    """The connections the worker's client holds open, as the server lists them."""
+    clients: Any = await redis.client_list()
+    return sum(1 for c in clients if c.get("name") == NAME)
+
+
+def holding(service: SlowService) -> fp.Responder:
+    """Each analysis calls `http_get` on the held path once, then answers."""
+
+    def reply(messages: list[dict[str, Any]]) -> fp.Reply:
+        if any(m["role"] == "tool" for m in messages):
+            return fp.TextReply("The upstream pool is exhausted.")
+        return fp.ToolCallsReply([fp.ToolCall("http_get", {"url": service.url("/hold/all")})])
+
+    return reply
+
+
+async def test_thirty_live_analyses_share_a_pool_of_six(
+    bot_settings: Settings,
+    redis_client: aioredis.Redis,
+    fake_llm: fp.FakeProvider,
+    slow_service: SlowService,
+    slack_api: FakeSlackAPI,
+) -> None:
+    """Every analysis completes on its card; the worker never holds more than six connections."""
+    settings = bot_settings.model_copy(
+        update={
+            "redis_url": f"{bot_settings.redis_url}?client_name={NAME}",
+            "redis_max_connections": POOL,
+        }
+    )
+    fake_llm.respond_with(holding(slow_service))
+    threads = [sg.slack_ts() for _ in range(ANALYSES)]
+    async with open_bot(bot_settings, redis_client) as bot:
+        options = WorkerOptions(concurrency=ANALYSES)
+        async with open_worker(settings, options=options, metrics_port=0) as worker:
+            running = asyncio.get_running_loop().create_task(worker.run())
+            await asyncio.gather(*(bot.post(sg.slack_app_mention(ts=ts)) for ts in threads))
+            await slow_service.wait_for_hits(ANALYSES)  # all thirty live, each in its tool call
+            during = await worker_connections(redis_client)
+            slow_service.release("all")
+            await worker.wait_finished(ANALYSES)
+            after = await worker_connections(redis_client)
+            worker.stop()
+            await asyncio.wait_for(running, 15)
+    assert 1 <= during <= POOL, during
+    assert after <= POOL, after
+    for ts in threads:
+        assert "The upstream pool is exhausted." in card_text(final_card(slack_api, ts)), ts
+
+
+async def test_a_command_waits_for_a_connection_instead_of_failing(redis_server: str) -> None:
+    """With the pool's only connection busy in a blocking read, a second command waits for it."""
+    redis = pooled_redis(redis_server, max_connections=1, wait_s=5.0, socket_timeout=None)
+    try:
+
+        async def read() -> Any:
+            return await redis.blpop(["pool:nothing"], timeout=1)
+
+        blocked = asyncio.get_running_loop().create_task(read())
+        await asyncio.sleep(0)  # the read takes the one connection first
+        assert await redis.ping() is True  # answered once the read gave the connection back
+        assert await blocked is None
+    finally:
+        await redis.aclose()
