@@ -96,6 +96,7 @@ from agent_core.tools import (
     runbook_tools,
 )
 from agent_core.tools._bounded_body import BodyLimit
+from agent_core.tools._connections import ConnectionSlots
 from agent_core.tools._http_probe import http_probe_tool
 from agent_core.tools._hygiene import guarded
 from agent_core.tools._prometheus import prometheus_tool
@@ -151,6 +152,7 @@ __all__ = [
     "ChatModel",
     "Completed",
     "ConfigError",
+    "ConnectionSlots",
     "ContextTooLong",
     "ControlPlane",
     "Dispatched",

@@ -39,6 +39,7 @@ from agent_core._interrupts import INTERRUPTED, TurnSignals, until_set
 from agent_core._messages import ToolCall, ToolMessage, ToolStatus
 from agent_core._untrusted import QuoteKind, neutralise_markers, quote_untrusted
 from agent_core.tools._base import Risk, Tool, ToolContext, Toolset
+from agent_core.tools._connections import on_the_clock
 
 __all__ = ["ResultSink", "needs_approval", "parse_arguments", "run_batch", "would_run"]
 
@@ -140,9 +141,10 @@ async def _attempt(
     deadline = asyncio.timeout(tool.timeout_s)
     try:
         async with deadline:
-            if tool.interruptible:
-                return await until_set(signals.abort, tool.handler(args, ctx))
-            return await tool.handler(args, ctx)
+            with on_the_clock(deadline):  # a wait for a connection pauses it (`off_the_clock`)
+                if tool.interruptible:
+                    return await until_set(signals.abort, tool.handler(args, ctx))
+                return await tool.handler(args, ctx)
     except TimeoutError:
         if deadline.expired():
             raise _DeadlinePassed() from None

@@ -37,6 +37,7 @@ from agent_core.tools._address_policy import (
 )
 from agent_core.tools._base import Interruptibility, RetryPolicy, Risk, Tool, ToolContext
 from agent_core.tools._bounded_body import ACCEPT_ENCODING, Body, BodyError, BodyLimit, read_body
+from agent_core.tools._connections import ConnectionSlots, held
 
 __all__ = ["HostAllowlist", "http_get_tool"]
 
@@ -61,6 +62,7 @@ def http_get_tool(
     *,
     limit: BodyLimit | None = None,
     resolver: Resolver = system_resolver,
+    slots: ConnectionSlots | None = None,
 ) -> Tool:
     """Build the `http_get` tool over an injected HTTP client.
 
@@ -71,20 +73,24 @@ def http_get_tool(
             name's request could reuse a TLS session verified for the first.
         limit: How much of a body is read (default `BodyLimit()`: 1 MiB).
         resolver: Resolves a host name to the addresses that are checked and connected to.
+        slots: The connections `client` may hold at once; a call waits for one off its clock.
     """
     bound = limit or BodyLimit()
 
     async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
         target = await resolve_target(args.get("url"), allowlist, resolver)
         with _mapped_errors(target):
-            async with client.stream(
-                "GET",
-                target.request_url,
-                headers={**target.headers, "Accept-Encoding": ACCEPT_ENCODING},
-                extensions=target.extensions,
-                timeout=TIMEOUT_S,
-                follow_redirects=False,
-            ) as response:
+            async with (
+                held(slots, f"GET {target.url}"),
+                client.stream(
+                    "GET",
+                    target.request_url,
+                    headers={**target.headers, "Accept-Encoding": ACCEPT_ENCODING},
+                    extensions=target.extensions,
+                    timeout=TIMEOUT_S,
+                    follow_redirects=False,
+                ) as response,
+            ):
                 body = await read_body(response, bound)
         shown = _render(response, body)
         if response.status_code in RETRYABLE_STATUSES:

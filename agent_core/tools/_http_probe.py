@@ -40,6 +40,7 @@ from agent_core.tools._address_policy import (
     url_argument,
 )
 from agent_core.tools._base import Interruptibility, Risk, Tool, ToolContext
+from agent_core.tools._connections import ConnectionSlots, held
 
 __all__ = ["http_probe_tool"]
 
@@ -62,6 +63,7 @@ def http_probe_tool(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     resolver: Resolver = system_resolver,
     probe_timeout_s: float = PROBE_TIMEOUT_S,
+    slots: ConnectionSlots | None = None,
 ) -> Tool:
     """Build the `http_probe` tool over an injected HTTP client.
 
@@ -71,6 +73,8 @@ def http_probe_tool(
         clock: The time now, for the days a certificate has left.
         resolver: Resolves a host name to the addresses that are checked and connected to.
         probe_timeout_s: The probe's own deadline (`PROBE_TIMEOUT_S`); under the tool's.
+        slots: The connections `client` may hold at once; a probe waits for one off its clock
+            (and before its latency is timed).
     """
 
     async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
@@ -78,7 +82,9 @@ def http_probe_tool(
         heading = f"GET {target.url}"
         if target.address != target.host:
             heading += f" at {target.address}"
-        return "\n".join([heading, *await _probe(client, target, clock(), probe_timeout_s)])
+        async with held(slots, heading):
+            lines = await _probe(client, target, clock(), probe_timeout_s)
+        return "\n".join([heading, *lines])
 
     return Tool(
         name="http_probe",

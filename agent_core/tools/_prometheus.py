@@ -56,6 +56,7 @@ from agent_core._errors import ConfigError, ToolFailed
 from agent_core._redaction import redact
 from agent_core.tools._base import Interruptibility, RetryPolicy, Risk, Tool, ToolContext
 from agent_core.tools._bounded_body import ACCEPT_ENCODING, Body, BodyError, BodyLimit, read_body
+from agent_core.tools._connections import ConnectionSlots, held
 
 __all__ = ["prometheus_tool"]
 
@@ -110,6 +111,7 @@ def prometheus_tool(
     clock: Callable[[], float] = time.time,
     limit: BodyLimit | None = None,
     timeout_s: float = TIMEOUT_S,
+    slots: ConnectionSlots | None = None,
 ) -> Tool:
     """Build the `prometheus_query` tool for the server at `base_url`.
 
@@ -119,6 +121,7 @@ def prometheus_tool(
         clock: Unix time now; relative times and the default `end` are resolved against it.
         limit: How much of an answer is read (default `BodyLimit()`: 1 MiB).
         timeout_s: The tool's timeout; Prometheus is sent `QUERY_TIMEOUT_SHARE` of it.
+        slots: The connections `client` may hold at once; a query waits for one off its clock.
 
     Raises:
         ConfigError: `base_url` is not an http(s) URL with a host, or `timeout_s` is not positive.
@@ -137,13 +140,16 @@ def prometheus_tool(
     async def handler(args: Mapping[str, Any], ctx: ToolContext) -> str:
         endpoint, form, header = _request(args, clock(), query_timeout)
         try:
-            async with client.stream(
-                "POST",
-                f"{root}/api/v1/{endpoint}",
-                data=form,
-                headers={"Accept-Encoding": ACCEPT_ENCODING},
-                timeout=timeout_s,
-            ) as response:
+            async with (
+                held(slots, "the Prometheus query"),
+                client.stream(
+                    "POST",
+                    f"{root}/api/v1/{endpoint}",
+                    data=form,
+                    headers={"Accept-Encoding": ACCEPT_ENCODING},
+                    timeout=timeout_s,
+                ) as response,
+            ):
                 body = await read_body(response, bound)
         except BodyError as exc:
             raise ToolFailed(f"Prometheus answered a body that could not be read: {exc}") from exc

@@ -75,7 +75,13 @@ def serve(
 
 
 def worker(
-    concurrency: int = typer.Option(8, min=1, help="Analyses this worker runs at once."),
+    concurrency: int = typer.Option(
+        8,
+        min=1,
+        max=1000,
+        help="Analyses this worker runs at once (up to 1,000: their rings share one Redis "
+        "connection, their tools' HTTP connections grow with it; README §Sizing).",
+    ),
     grace: float = typer.Option(
         25.0,
         min=0.0,

@@ -155,6 +155,8 @@ async def _open_runtime(
     subagents: SubagentDesk,
     stack: AsyncExitStack,
     memory: MemoryBook | None = None,
+    *,
+    concurrency: int,
 ) -> Runtime:
     """The runtime of the turns, its model client and tools opened on `stack`, in that order.
 
@@ -167,7 +169,7 @@ async def _open_runtime(
     team = await read_team_instructions(settings.instructions_file)
     model, openai_client = build_chat_model(settings)
     stack.push_async_callback(openai_client.close)
-    toolset = await open_toolset(settings, stack, subagents, memory)
+    toolset = await open_toolset(settings, stack, subagents, memory, concurrency=concurrency)
     runbooks = toolset.get(SEARCH_RUNBOOKS) is not None
     return Runtime(
         model=AuditedModel(model),
@@ -298,7 +300,10 @@ async def open_worker(
         failpoints = _failpoints(settings)
         subagents = SubagentDesk(SubagentRegistry(redis, keys))
         memory = MemoryBook(redis, keys, days=settings.memory_days)
-        runtime = await _open_runtime(settings, redis, failpoints, subagents, stack, memory)
+        concurrency = (options or WorkerOptions()).concurrency
+        runtime = await _open_runtime(
+            settings, redis, failpoints, subagents, stack, memory, concurrency=concurrency
+        )
         leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
         actor = build_actor(
             runtime=runtime,

@@ -24,6 +24,7 @@ from agent_core import (
     BodyLimit,
     CommandAllowlist,
     ConfigError,
+    ConnectionSlots,
     HostAllowlist,
     RunbookLibrary,
     RunbookLimits,
@@ -50,12 +51,24 @@ __all__ = ["open_toolset"]
 
 log = logging.getLogger(__name__)
 
+CONNECTIONS_PER_ANALYSIS = 2
+"""Connections each HTTP client of the tools may hold per analysis the worker runs at once."""
+MIN_CONNECTIONS = 100
+"""...and at least this many (httpx's own default), for a worker that runs few."""
+
+
+def tool_connections(concurrency: int) -> int:
+    """The connections each of the tools' HTTP clients may hold at once, for `concurrency`."""
+    return max(MIN_CONNECTIONS, CONNECTIONS_PER_ANALYSIS * concurrency)
+
 
 async def open_toolset(
     settings: Settings,
     stack: AsyncExitStack,
     subagents: SubagentDesk,
     memory: MemoryBook | None = None,
+    *,
+    concurrency: int = 8,
 ) -> Toolset:
     """Every configured tool, guarded, with its clients closed by `stack`.
 
@@ -64,20 +77,26 @@ async def open_toolset(
         stack: Closes the HTTP clients and the MCP sessions.
         subagents: The sub-agent desk the sub-agent tools dispatch to.
         memory: The memory of past analyses `past_analyses` searches; None: not offered.
+        concurrency: Analyses the worker runs at once: each HTTP client of the tools holds
+            `tool_connections(concurrency)` connections, and a call that finds them all in use
+            waits for one off its clock (`agent_core.ConnectionSlots`).
 
     Raises:
         BotConfigError: A tool's setting cannot work (the message names the setting).
     """
     limit = BodyLimit(max_bytes=settings.tool_max_bytes)
-    http = _client(stack, httpx.AsyncClient())
+    size = tool_connections(concurrency)
+    prometheus = ConnectionSlots(size)
+    fetch = ConnectionSlots(size)
     # `http_get` connects to the address it checked, by IP, so pooled connections would be
     # keyed by address: with none kept, no name reuses a TLS session verified for another.
-    fetch_http = _client(stack, _unpooled())
+    fetch_http = _client(stack, fetch.client(keepalive=False))
+    allowlist = HostAllowlist.parse(settings.http_allowlist)
     tools = [
-        http_get_tool(HostAllowlist.parse(settings.http_allowlist), fetch_http, limit=limit),
+        http_get_tool(allowlist, fetch_http, limit=limit, slots=fetch),
         *subagent_tools(subagents),
-        *_probe_tools(settings, stack),
-        *_prometheus_tools(settings, http, limit),
+        *_probe_tools(settings, stack, ConnectionSlots(size)),
+        *_prometheus_tools(settings, stack, prometheus, limit),
         *_shell_tools(settings),
         *await _runbook_tools(settings, stack),
         *([past_analyses_tool(memory)] if memory is not None else []),
@@ -94,22 +113,20 @@ def _client(stack: AsyncExitStack, client: httpx.AsyncClient) -> httpx.AsyncClie
     return client
 
 
-def _unpooled() -> httpx.AsyncClient:
-    """A client that keeps no idle connection."""
-    return httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0))
-
-
-def _probe_tools(settings: Settings, stack: AsyncExitStack) -> list[Tool]:
+def _probe_tools(settings: Settings, stack: AsyncExitStack, slots: ConnectionSlots) -> list[Tool]:
     """`http_probe`, when `CHATOPS_HTTP_ALLOWLIST` names a host."""
     if not settings.http_allowlist.strip():
         return []
     # Its own client, keeping no idle connection: every probe opens a new one, so its
     # latency includes connect and TLS, and it reads a fresh handshake's certificate.
-    probe_http = _client(stack, _unpooled())
-    return [http_probe_tool(HostAllowlist.parse(settings.http_allowlist), probe_http)]
+    probe_http = _client(stack, slots.client(keepalive=False))
+    allowlist = HostAllowlist.parse(settings.http_allowlist)
+    return [http_probe_tool(allowlist, probe_http, slots=slots)]
 
 
-def _prometheus_tools(settings: Settings, http: httpx.AsyncClient, limit: BodyLimit) -> list[Tool]:
+def _prometheus_tools(
+    settings: Settings, stack: AsyncExitStack, slots: ConnectionSlots, limit: BodyLimit
+) -> list[Tool]:
     """The Prometheus query tool, when `CHATOPS_PROMETHEUS_URL` is set.
 
     Raises:
@@ -117,8 +134,9 @@ def _prometheus_tools(settings: Settings, http: httpx.AsyncClient, limit: BodyLi
     """
     if not (prometheus_url := (settings.prometheus_url or "").strip()):
         return []
+    http = _client(stack, slots.client())
     try:
-        return [prometheus_tool(prometheus_url, http, limit=limit)]
+        return [prometheus_tool(prometheus_url, http, limit=limit, slots=slots)]
     except ConfigError as exc:
         raise BotConfigError(f"CHATOPS_PROMETHEUS_URL: {exc}") from exc
 
