@@ -39,7 +39,7 @@ import redis.asyncio as aioredis  # noqa: E402
 from _figures import SMOKE_HELP, FigureError, print_ratios, ratio, run  # noqa: E402
 
 from bot.keys import BotKeys  # noqa: E402
-from tests.deployment import SECRET, Deployment  # noqa: E402
+from tests.deployment import SECRET, Deployment, slack_env  # noqa: E402
 from tests.fakes import openai_provider as fp  # noqa: E402
 from tests.fakes import signing as sg  # noqa: E402
 from tests.fakes.feishu_api import FakeFeishuAPI  # noqa: E402
@@ -65,16 +65,7 @@ async def measure(turns: int, tool_s: float, redis_url: str) -> float:
     feishu.start()
     await service.start()
     redis = aioredis.Redis.from_url(redis_url)
-    env = {
-        "REDIS_URL": redis_url,
-        "OPENAI_BASE_URL": llm.base_url,
-        "OPENAI_API_KEY": "bench",
-        "SLACK_SIGNING_SECRET": SECRET,
-        "SLACK_BOT_TOKEN": slack.token,
-        "SLACK_API_URL": slack.base_url,
-        "CHATOPS_HTTP_ALLOWLIST": f"127.0.0.1:{service.port}",
-        "CHATOPS_LEASE_TTL_S": "5",
-    }
+    env = {**slack_env(redis_url, llm, slack, service), "CHATOPS_LEASE_TTL_S": "5"}
     deployment = Deployment(env, redis)
     try:
         calls = [

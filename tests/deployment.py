@@ -21,6 +21,9 @@ from bot.events import session_id_for
 from bot.keys import BotKeys
 from bot.state.settle import Book
 from tests.fakes import signing as sg
+from tests.fakes.openai_provider import FakeProvider
+from tests.fakes.service import SlowService
+from tests.fakes.slack_api import FakeSlackAPI
 from tests.processes import Chatops
 
 __all__ = ["Deployment", "deploy_env", "deployment", "slack_session"]
@@ -30,6 +33,21 @@ ENCRYPT_KEY = "process-encrypt-key-0123456789"
 TOKEN = "process-verification-token"
 KEYS = BotKeys()
 BLOCK_MS = 2000
+
+
+def slack_env(
+    redis_url: str, llm: FakeProvider, slack: FakeSlackAPI, service: SlowService
+) -> dict[str, str]:
+    """The environment of a Slack-only deployment on the fakes (the benches' processes)."""
+    return {
+        "REDIS_URL": redis_url,
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "bench",
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_BOT_TOKEN": slack.token,
+        "SLACK_API_URL": slack.base_url,
+        "CHATOPS_HTTP_ALLOWLIST": f"127.0.0.1:{service.port}",
+    }
 
 
 @pytest.fixture
