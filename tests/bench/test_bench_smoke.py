@@ -37,7 +37,7 @@ figures = _figures_module()
 
 
 def test_the_glob_finds_every_bench() -> None:
-    expected = {"drain.py", "hygiene.py", "ingress.py", "load.py", "runtime.py"}
+    expected = {"drain.py", "hygiene.py", "ingress.py", "load.py", "model_client.py", "runtime.py"}
     assert expected <= set(BENCHES), BENCHES
 
 
