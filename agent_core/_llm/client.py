@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent_core._errors import ModelUnavailable
 from agent_core._llm.convert import ToolCallAssembler, messages_to_wire, tools_to_wire
 from agent_core._llm.provider_errors import context_too_long, map_openai_errors, one_line
+from agent_core._llm.sse import sse_chunks
 from agent_core._messages import AssistantMessage, Message
 from agent_core._tokens import estimate_tokens, message_tokens
 from agent_core.tools._base import Toolset
@@ -244,12 +245,14 @@ class OpenAIChatModel:
         )
 
     async def _stream(self, kwargs: dict[str, Any], on_delta: DeltaSink | None) -> ModelResponse:
+        # The SDK sends the request and raises its status errors; the body is read as plain
+        # JSON (`agent_core._llm.sse`: a pydantic object per chunk was most of the CPU).
         with map_openai_errors():
-            stream = await self._client.chat.completions.create(
+            async with self._client.chat.completions.with_streaming_response.create(
                 **kwargs, stream=True, stream_options={"include_usage": True}
-            )
-            async with stream:
-                return await _assemble(stream, on_delta)
+            ) as raw:
+                http = raw.http_response
+                return await _assemble(sse_chunks(http.aiter_lines(), http.request), on_delta)
 
     async def _complete(self, kwargs: dict[str, Any]) -> ModelResponse:
         with map_openai_errors():
@@ -303,13 +306,52 @@ def _usage_of(reported: Any) -> Usage:
     return Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0)
 
 
-async def _assemble(stream: Any, on_delta: DeltaSink | None) -> ModelResponse:
-    text: list[str] = []
-    calls = ToolCallAssembler()
+class _Parts:
+    """What a stream's choices have said so far (plain JSON: anything may be any type)."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls = ToolCallAssembler()
+        self.finished = False
+        self.received = False
+
+    def take(self, choice: Any) -> str | None:
+        """Book one choice of a chunk; return its text delta, if any."""
+        if not isinstance(choice, dict):
+            return None
+        self.finished = self.finished or choice.get("finish_reason") is not None
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return None
+        for tc in _list(delta.get("tool_calls")):
+            if not isinstance(tc, dict):
+                continue
+            fn = tc.get("function")
+            fn = fn if isinstance(fn, dict) else {}
+            parts = _text(tc.get("id")), _text(fn.get("name")), _text(fn.get("arguments"))
+            if parts == (None, None, None):
+                continue  # nothing of a call in it (not even an id): not booked as one
+            self.received = True
+            index = tc.get("index")
+            self.calls.feed(
+                index if isinstance(index, int) and not isinstance(index, bool) else None,
+                id=parts[0],
+                name=parts[1],
+                arguments=parts[2],
+            )
+        content = delta.get("content")
+        if not isinstance(content, str) or not content:
+            return None
+        self.received = True
+        self.text.append(content)
+        return content
+
+
+async def _assemble(chunks: AsyncIterator[Any], on_delta: DeltaSink | None) -> ModelResponse:
+    """One response from its stream's decoded chunks."""
+    parts = _Parts()
     usage: Usage = _NO_USAGE
     response_id = ""
-    finished = received = False
-    chunks = aiter(stream)
     while True:
         try:
             chunk = await anext(chunks)
@@ -318,35 +360,43 @@ async def _assemble(stream: Any, on_delta: DeltaSink | None) -> ModelResponse:
         except Exception as exc:
             if not _transport_error(exc):
                 raise
-            if not received:  # cut before any data: asked again whole (module docstring)
+            if not parts.received:  # cut before any data: asked again whole (module docstring)
                 raise _CutStream(_INCOMPLETE) from exc
             raise ModelUnavailable(one_line(f"the response stream broke: {exc!r}")) from exc
-        response_id = response_id or chunk.id
-        if chunk.usage is not None:
-            usage = _usage_of(chunk.usage)
-        for choice in chunk.choices:
-            finished = finished or choice.finish_reason is not None
-            delta = choice.delta
-            if delta.content:
-                received = True
-                text.append(delta.content)
-                if on_delta is not None:
-                    await on_delta(delta.content)
-            for tc in delta.tool_calls or ():
-                received = True
-                fn = tc.function
-                calls.feed(
-                    tc.index,
-                    id=tc.id,
-                    name=fn.name if fn else None,
-                    arguments=fn.arguments if fn else None,
-                )
-    if not finished:
+        if not isinstance(chunk, dict):
+            continue
+        if not response_id and isinstance(chunk_id := chunk.get("id"), str):
+            response_id = chunk_id
+        if isinstance(reported := chunk.get("usage"), dict):
+            usage = _usage_of_wire(reported)
+        for choice in _list(chunk.get("choices")):
+            if (content := parts.take(choice)) is not None and on_delta is not None:
+                await on_delta(content)
+    if not parts.finished:
         # The connection ended before the provider said the response was complete: what we
         # have is a partial response, and a partial response is never persisted.
-        raise ModelUnavailable(_INCOMPLETE) if received else _EmptyStream(_INCOMPLETE)
-    message = AssistantMessage(content="".join(text), tool_calls=calls.calls(salt=response_id))
+        raise ModelUnavailable(_INCOMPLETE) if parts.received else _EmptyStream(_INCOMPLETE)
+    calls = parts.calls.calls(salt=response_id)
+    message = AssistantMessage(content="".join(parts.text), tool_calls=calls)
     return ModelResponse(message=message, usage=usage, response_id=response_id)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _usage_of_wire(reported: dict[str, Any]) -> Usage:
+    """A chunk's `usage` object: token counts that are not whole numbers count as 0."""
+
+    def count(key: str) -> int:
+        value = reported.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    return Usage(count("prompt_tokens"), count("completion_tokens"))
 
 
 def _transport_error(exc: BaseException) -> bool:

@@ -1,0 +1,105 @@
+"""The model client reads the stream's events itself: every SSE shape a server may write, and junk.
+
+Why this way: the client parses the body as plain JSON instead of through the SDK's pydantic
+chunks (`agent_core._llm.sse`), so what the SDK's decoder used to absorb is checked here through
+the public `OpenAIChatModel.respond`, the SDK still sending the request: bodies are answered by
+an httpx2 `MockTransport` (the SDK's HTTP library), byte for byte as written below. A provider's
+stream is text from outside: a chunk of the wrong shape is passed over, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+
+from agent_core import ModelUnavailable, OpenAIChatModel, Toolset, UserMessage
+
+
+def chunk(delta: Any = None, *, finish: str | None = None, **extra: Any) -> str:
+    body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m", **extra}
+    if "choices" not in extra:
+        body["choices"] = [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
+    return json.dumps(body)
+
+
+async def respond(body: str) -> Any:
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        headers = {"content-type": "text/event-stream"}
+        return httpx2.Response(200, headers=headers, content=body.encode())
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
+    client = openai.AsyncOpenAI(base_url="http://m/v1", api_key="k", http_client=http)
+    deltas: list[str] = []
+
+    async def sink(text: str) -> None:
+        deltas.append(text)
+
+    try:
+        response = await OpenAIChatModel(client, "m").respond(
+            [UserMessage(content="hi")], Toolset.of([]), sink
+        )
+    finally:
+        await client.close()
+    assert "".join(deltas) == response.message.content
+    return response
+
+
+async def test_comments_event_names_crlf_and_multiline_data_are_read_as_the_standard_says() -> None:
+    first = json.loads(chunk({"content": "disk "}))
+    split = json.dumps(first, indent=1).split("\n")  # one event over several data lines
+    body = (
+        ": keep-alive\r\n\r\n"
+        + "".join(f"data:{line}\r\n" for line in split)
+        + "\r\n"
+        + "event: message\nid: 7\nretry: 1000\n"
+        + f"data: {chunk({'content': 'full'}, finish='stop')}\n\n"
+        + f"data: {chunk(choices=[], usage={'prompt_tokens': 3, 'completion_tokens': 2})}\n\n"
+        + "data: [DONE]\n\n"
+        + "data: this is never read\n\n"
+    )
+    response = await respond(body)
+    assert response.message.content == "disk full"
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (3, 2)
+    assert response.response_id == "chatcmpl-1"
+
+
+async def test_a_body_that_ends_without_a_blank_line_still_yields_its_last_event() -> None:
+    response = await respond(f"data: {chunk({'content': 'ok'}, finish='stop')}")
+    assert response.message.content == "ok"
+
+
+async def test_an_error_event_mid_stream_is_the_providers_error() -> None:
+    body = (
+        f"data: {chunk({'content': 'partial'})}\n\n"
+        'data: {"error": {"message": "The server is overloaded", "type": "server_error"}}\n\n'
+    )
+    with pytest.raises(ModelUnavailable, match="The server is overloaded"):
+        await respond(body)
+
+
+async def test_data_that_is_not_json_is_a_malformed_stream() -> None:
+    with pytest.raises(ModelUnavailable, match="malformed response stream"):
+        await respond("data: {not json\n\n")
+
+
+async def test_chunks_of_the_wrong_shape_are_passed_over() -> None:
+    junk = [
+        "[1, 2]",
+        '"text"',
+        chunk(choices="nope"),
+        chunk(choices=[7, None]),
+        chunk(5),
+        chunk({"content": 7, "tool_calls": "x"}),
+        chunk({"tool_calls": [3, {"index": "a", "function": "f"}]}),
+        chunk(usage="lots", id=9),
+    ]
+    body = "".join(f"data: {line}\n\n" for line in junk)
+    body += f"data: {chunk({'content': 'fine'}, finish='stop')}\n\n"
+    response = await respond(body)
+    assert response.message.content == "fine"
+    assert response.message.tool_calls == ()  # nothing of a call was in the junk
+    assert response.response_id == "chatcmpl-1"
