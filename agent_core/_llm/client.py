@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent_core._errors import ModelUnavailable
 from agent_core._llm.convert import ToolCallAssembler, messages_to_wire, tools_to_wire
 from agent_core._llm.provider_errors import context_too_long, map_openai_errors, one_line
-from agent_core._llm.sse import sse_chunks
+from agent_core._llm.sse import body_lines, sse_chunks
 from agent_core._messages import AssistantMessage, Message
 from agent_core._tokens import estimate_tokens, message_tokens
 from agent_core.tools._base import Toolset
@@ -252,7 +253,9 @@ class OpenAIChatModel:
                 **kwargs, stream=True, stream_options={"include_usage": True}
             ) as raw:
                 http = raw.http_response
-                return await _assemble(sse_chunks(http.aiter_lines(), http.request), on_delta)
+                lines = body_lines(http.aiter_bytes())
+                async with aclosing(sse_chunks(lines, http.request)) as chunks:
+                    return await _assemble(chunks, on_delta)
 
     async def _complete(self, kwargs: dict[str, Any]) -> ModelResponse:
         with map_openai_errors():

@@ -6,9 +6,15 @@ The SDK still sends the request (auth, base URL, retries, status errors, through
 `with_streaming_response`); only the body is read here. Deliberately not the SDK's own SSE
 decoder: it is private API, and what it does is small enough to keep in view.
 
-Contract, as the SDK's `AsyncStream` reads a chat-completions stream: `data:` lines are joined
+Contract, as the SDK's `AsyncStream` reads a chat-completions stream: the body is split into
+lines at CR, LF and CRLF only, as the SSE standard says (`body_lines`; not httpx's `aiter_lines`,
+which also splits at U+2028, U+0085 and the like, which JSON carries unescaped inside strings:
+a model quoting such a character would break its stream), each line decoded as UTF-8 with bad
+bytes replaced, in time linear in the body however long a line is. `data:` lines are joined
 with newlines into one event at a blank line (or at the end of the body); `event:`, `id:`,
-`retry:` and `:` comment lines are read and ignored; `[DONE]` ends the stream; an event whose
+`retry:` and `:` comment lines are read and ignored; `[DONE]` ends the stream, and what follows
+it is read and dropped for at most `DRAIN_S` (an HTTP/1.1 connection whose body was not read to
+its end cannot go back to the pool, so every request would connect anew); an event whose
 JSON holds a truthy `error` raises `openai.APIError` with its message, as the SDK does, so that
 `map_openai_errors` maps it the same way; JSON that does not parse raises `ValueError`
 (`json.JSONDecodeError`).
@@ -16,17 +22,23 @@ JSON holds a truthy `error` raises `openai.APIError` with its message, as the SD
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-__all__ = ["sse_chunks"]
+__all__ = ["DRAIN_S", "body_lines", "sse_chunks"]
+
+DRAIN_S = 1.0
+"""How long the rest of a body after `[DONE]` is read (the SDK waits as long)."""
+_BREAK = re.compile(rb"\r\n|\r|\n")
 
 _STREAM_ERROR = "An error occurred during streaming"
 """The SDK's message for an error event that names none."""
 
 
-async def sse_chunks(lines: AsyncIterator[str], request: Any) -> AsyncIterator[Any]:
+async def sse_chunks(lines: AsyncIterator[str], request: Any) -> AsyncGenerator[Any, None]:
     """The decoded JSON of each event in `lines`, until `[DONE]` or the end of the body.
 
     Args:
@@ -49,6 +61,7 @@ async def sse_chunks(lines: AsyncIterator[str], request: Any) -> AsyncIterator[A
         payload = "\n".join(data)
         data.clear()
         if payload.startswith("[DONE]"):
+            await _drain(lines)
             return
         yield _checked(json.loads(payload), request)
     if data and not (payload := "\n".join(data)).startswith("[DONE]"):
@@ -66,3 +79,37 @@ def _checked(chunk: Any, request: Any) -> Any:
             message = _STREAM_ERROR
         raise openai.APIError(message=message, request=request, body=error)
     return chunk
+
+
+async def body_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The lines of a body read as `chunks`, split at CR, LF and CRLF only, breaks removed."""
+    pending = bytearray()
+    async for chunk in chunks:
+        if b"\n" not in chunk and b"\r" not in chunk:
+            pending += chunk  # no break in it: only the new bytes were searched
+            continue
+        data = bytes(pending) + chunk
+        pending.clear()
+        if data.endswith(b"\r"):  # perhaps the first half of a CRLF: decided by the next chunk
+            pending += b"\r"
+            data = data[:-1]
+        *lines, rest = _BREAK.split(data)
+        pending[:0] = rest
+        for line in lines:
+            yield line.decode("utf-8", "replace")
+    if pending:
+        *lines, rest = _BREAK.split(bytes(pending))
+        for line in lines:
+            yield line.decode("utf-8", "replace")
+        if rest:
+            yield rest.decode("utf-8", "replace")
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read what follows `[DONE]` to the end of the body, for `DRAIN_S` at most."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in lines:
+                pass
+    except Exception:  # the answer is complete: a broken tail changes nothing
+        return

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
+from contextlib import (
+    AbstractAsyncContextManager,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+    suppress,
+)
 from contextvars import ContextVar
 
 import httpx
@@ -57,8 +63,10 @@ async def off_the_clock() -> AsyncIterator[None]:
     try:
         yield
     finally:
-        if not deadline.expired():
-            deadline.reschedule(loop.time() + left)
+        # A call cancelled twice may outlive its deadline's block, which then refuses changes.
+        with suppress(RuntimeError):
+            if not deadline.expired():
+                deadline.reschedule(loop.time() + left)
 
 
 class ConnectionSlots:

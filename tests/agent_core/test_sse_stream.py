@@ -10,6 +10,7 @@ stream is text from outside: a chunk of the wrong shape is passed over, never a 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -26,10 +27,13 @@ def chunk(delta: Any = None, *, finish: str | None = None, **extra: Any) -> str:
     return json.dumps(body)
 
 
-async def respond(body: str) -> Any:
+async def respond(body: str | Any) -> Any:
+    """The response to one request answered with `body` (text, or an async byte iterator)."""
+
     def answer(request: httpx2.Request) -> httpx2.Response:
         headers = {"content-type": "text/event-stream"}
-        return httpx2.Response(200, headers=headers, content=body.encode())
+        content = body.encode() if isinstance(body, str) else body
+        return httpx2.Response(200, headers=headers, content=content)
 
     http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
     client = openai.AsyncOpenAI(base_url="http://m/v1", api_key="k", http_client=http)
@@ -103,3 +107,37 @@ async def test_chunks_of_the_wrong_shape_are_passed_over() -> None:
     assert response.message.content == "fine"
     assert response.message.tool_calls == ()  # nothing of a call was in the junk
     assert response.response_id == "chatcmpl-1"
+
+
+async def test_line_separators_inside_json_strings_are_text_not_line_breaks() -> None:
+    said = "quoted:\u2028next\u2029para\x85nel\x0bvt\x1cfs"
+    raw = json.dumps(json.loads(chunk({"content": said}, finish="stop")), ensure_ascii=False)
+    assert "\u2028" in raw and "\x85" in raw  # written unescaped, as JSON allows
+    response = await respond(f"data: {raw}\n\n")
+    assert response.message.content == said
+
+
+async def test_crlf_split_across_reads_is_one_line_break() -> None:
+    event = f"data: {chunk({'content': 'split'}, finish='stop')}".encode()
+
+    async def reads() -> AsyncIterator[bytes]:
+        yield event[:10]
+        yield event[10:] + b"\r"  # the CR of a CRLF ends this read, its LF starts the next
+        yield b"\n\r"
+        yield b"\ndata: [DONE]\r\n\r\n"
+
+    assert (await respond(reads())).message.content == "split"
+
+
+async def test_what_follows_done_is_read_to_the_end_of_the_body() -> None:
+    """An HTTP/1.1 connection goes back to the pool only once its body was read to the end."""
+    finished = False
+
+    async def reads() -> AsyncIterator[bytes]:
+        nonlocal finished
+        yield f"data: {chunk({'content': 'done'}, finish='stop')}\n\ndata: [DONE]\n\n".encode()
+        yield b": trailing bytes a proxy added\n\n"
+        finished = True
+
+    assert (await respond(reads())).message.content == "done"
+    assert finished
