@@ -81,22 +81,18 @@ class Level:
     wall_s: float
 
 
-def responder() -> fp.Responder:
-    """The workload: a stream ending in one held `http_get`, then a streamed answer."""
+def responder(url: str) -> fp.Responder:
+    """The workload: a stream ending in one held `http_get` of `url` (`{}`: an id), an answer."""
     ids = itertools.count()
 
     def reply(messages: list[dict[str, Any]]) -> fp.Reply:
         if any(m["role"] == "tool" for m in messages):
             return fp.TextReply(WORDS)
         return fp.ToolCallsReply(
-            [fp.ToolCall("http_get", {"url": URL.format(next(ids))})], text=WORDS
+            [fp.ToolCall("http_get", {"url": url.format(next(ids))})], text=WORDS
         )
 
     return reply
-
-
-URL = ""
-"""The held call's URL, with `{}` for a unique id (set once the service is up)."""
 
 
 def cpu_s(pid: int) -> float:
@@ -230,7 +226,6 @@ def percentile(values: list[float], q: float) -> float:
 
 async def measure(levels: list[int], hold_s: float, redis_url: str) -> list[Level]:
     """Every level, in order, on one ingress and one worker; each fake closed once started."""
-    global URL
     async with AsyncExitStack() as stack:
         llm, slack, service = fp.FakeProvider(), FakeSlackAPI(), SlowService()
         llm.start()
@@ -239,8 +234,7 @@ async def measure(levels: list[int], hold_s: float, redis_url: str) -> list[Leve
         stack.callback(slack.stop)
         await service.start()
         stack.push_async_callback(service.close)
-        URL = service.url(f"/slow/{round(hold_s * 1000)}/" + "a{}")
-        llm.respond_with(responder())
+        llm.respond_with(responder(service.url(f"/slow/{round(hold_s * 1000)}/" + "a{}")))
         redis = aioredis.Redis.from_url(redis_url)
         stack.push_async_callback(redis.aclose)
         env = {

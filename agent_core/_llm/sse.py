@@ -16,8 +16,9 @@ with newlines into one event at a blank line (or at the end of the body); `event
 it is read and dropped for at most `DRAIN_S` (an HTTP/1.1 connection whose body was not read to
 its end cannot go back to the pool, so every request would connect anew); an event whose
 JSON holds a truthy `error` raises `openai.APIError` with its message, as the SDK does, so that
-`map_openai_errors` maps it the same way; JSON that does not parse raises `ValueError`
-(`json.JSONDecodeError`).
+`map_openai_errors` maps it the same way; JSON that does not parse, nests past what the decoder
+can follow, or an event or line longer than `MAX_EVENT_BYTES` raises `ValueError` (a malformed
+stream), so a hostile or broken server costs bounded memory and one clear model error.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-__all__ = ["DRAIN_S", "body_lines", "sse_chunks"]
+__all__ = ["DRAIN_S", "MAX_EVENT_BYTES", "body_lines", "sse_chunks"]
 
+MAX_EVENT_BYTES = 1_048_576
+"""One line, and one event's data, at most: a chunk is a few hundred bytes (a delta each)."""
 DRAIN_S = 1.0
 """How long the rest of a body after `[DONE]` is read (the SDK waits as long)."""
 _BREAK = re.compile(rb"\r\n|\r|\n")
@@ -42,30 +45,43 @@ async def sse_chunks(lines: AsyncIterator[str], request: Any) -> AsyncGenerator[
     """The decoded JSON of each event in `lines`, until `[DONE]` or the end of the body.
 
     Args:
-        lines: The response body's lines (`aiter_lines()`: line breaks removed).
+        lines: The response body's lines (`body_lines`: line breaks removed).
         request: The HTTP request, named by an `openai.APIError` for an error event.
 
     Raises:
         openai.APIError: An event carried an error.
-        ValueError: An event's data is not JSON.
+        ValueError: An event's data is not JSON, or is longer than `MAX_EVENT_BYTES`.
     """
     data: list[str] = []
+    size = 0
     async for line in lines:
         if line:
             field, _, value = line.partition(":")
             if field == "data":
+                size += len(value)
+                if size > MAX_EVENT_BYTES:
+                    raise ValueError(f"an event of more than {MAX_EVENT_BYTES} bytes")
                 data.append(value[1:] if value.startswith(" ") else value)
             continue
         if not data:
             continue
         payload = "\n".join(data)
         data.clear()
+        size = 0
         if payload.startswith("[DONE]"):
             await _drain(lines)
             return
-        yield _checked(json.loads(payload), request)
+        yield _checked(_decoded(payload), request)
     if data and not (payload := "\n".join(data)).startswith("[DONE]"):
-        yield _checked(json.loads(payload), request)
+        yield _checked(_decoded(payload), request)
+
+
+def _decoded(payload: str) -> Any:
+    """`json.loads(payload)`; nesting too deep for the decoder is a `ValueError` like bad JSON."""
+    try:
+        return json.loads(payload)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _checked(chunk: Any, request: Any) -> Any:
@@ -82,11 +98,17 @@ def _checked(chunk: Any, request: Any) -> Any:
 
 
 async def body_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
-    """The lines of a body read as `chunks`, split at CR, LF and CRLF only, breaks removed."""
+    """The lines of a body read as `chunks`, split at CR, LF and CRLF only, breaks removed.
+
+    Raises:
+        ValueError: A line grew past `MAX_EVENT_BYTES` without a break.
+    """
     pending = bytearray()
     async for chunk in chunks:
         if b"\n" not in chunk and b"\r" not in chunk:
             pending += chunk  # no break in it: only the new bytes were searched
+            if len(pending) > MAX_EVENT_BYTES:
+                raise ValueError(f"a line of more than {MAX_EVENT_BYTES} bytes")
             continue
         data = bytes(pending) + chunk
         pending.clear()

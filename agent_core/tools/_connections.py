@@ -53,8 +53,8 @@ async def off_the_clock() -> AsyncIterator[None]:
     fired is left as it is.
     """
     deadline = _DEADLINE.get()
-    when = deadline.when() if deadline is not None and not deadline.expired() else None
-    if deadline is None or when is None:
+    when = None if deadline is None or deadline.expired() else deadline.when()
+    if deadline is None or when is None:  # no call's deadline, or one already paused or fired
         yield
         return
     loop = asyncio.get_running_loop()

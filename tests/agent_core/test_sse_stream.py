@@ -141,3 +141,30 @@ async def test_what_follows_done_is_read_to_the_end_of_the_body() -> None:
 
     assert (await respond(reads())).message.content == "done"
     assert finished
+
+
+async def test_a_line_without_end_is_a_malformed_stream_at_a_bound() -> None:
+    """Five MiB with no line break: refused at the bound, not held whole in memory."""
+    sent = 0
+
+    async def reads() -> AsyncIterator[bytes]:
+        nonlocal sent
+        yield b"data: "
+        for _ in range(80):
+            sent += 65_536
+            yield b"x" * 65_536
+
+    with pytest.raises(ModelUnavailable, match="malformed response stream: a line of more than"):
+        await respond(reads())
+    assert sent < 80 * 65_536  # the rest of the body was never read
+
+
+async def test_an_event_of_many_data_lines_is_a_malformed_stream_at_a_bound() -> None:
+    body = "data: x\n" * 600_000  # 1.2 M characters of data and never a blank line
+    with pytest.raises(ModelUnavailable, match="malformed response stream: an event of more"):
+        await respond(body)
+
+
+async def test_json_nested_past_the_decoder_is_a_malformed_stream() -> None:
+    with pytest.raises(ModelUnavailable, match="malformed response stream: JSON nested too"):
+        await respond("data: " + "[" * 200_000 + "\n\n")
