@@ -23,6 +23,8 @@ from tests.runtime_fixtures import http, make_runtime  # noqa: F401
 
 __all__ = ["free_port"]
 
+pytest_plugins = ("tests.task_watchdog",)
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

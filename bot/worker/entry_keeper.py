@@ -69,7 +69,8 @@ class EntryKeeper:
                 if held.lease is not None:
                     await self._leases.renew(held.lease)
             except LeaseLost as exc:  # taken over: the actor learns it from its own heartbeat
-                log.warning("turn entry %s: %s", entry_id, exc)
+                if held.lease is not None:  # not released by the body while the renewal ran
+                    log.warning("turn entry %s: %s", entry_id, exc)
                 held.lease = None
             except StoreError as exc:  # a blip: the next beat tries again
                 log.warning("turn entry %s not kept (%s)", entry_id, exc)

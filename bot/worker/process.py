@@ -211,6 +211,7 @@ class Worker:
                     await self._actor.run(job, lease)
                     await self._ack(entry.id, lease)
                 finally:
+                    held.lease = None  # released below: the keeper's next beat must not renew it
                     await self._release(lease)
             async with self._progress:
                 self.finished += 1

@@ -168,58 +168,88 @@ def napper_tool(nap_bin: Path, timeout_s: float, program: str = "napper") -> Too
     )
 
 
-async def started_pids(nap_bin: Path) -> list[int]:
+class Started:
+    """The napper's pid and its grandchild's, each pinned by a pidfd as soon as they are read.
+
+    A pidfd names one process for good: a pid freed by its death and handed to a newcomer is
+    not mistaken for it, however long the machine takes to get to the check.
+    """
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self._fds: dict[int, int | None] = {}
+        for pid in pids:
+            try:
+                self._fds[pid] = os.pidfd_open(pid)
+            except ProcessLookupError:  # already gone (and reaped)
+                self._fds[pid] = None
+
+    def same_group(self) -> bool:
+        """The grandchild is in the napper's process group (the group a kill reaches)."""
+        napper, grandchild = self.pids
+        return os.getpgid(grandchild) == napper
+
+    async def exited(self) -> list[bool]:
+        """For each pid, True once it has terminated (a zombie counts); never polls."""
+        try:
+            return [await self._exited(pid) for pid in self.pids]
+        finally:
+            for fd in self._fds.values():
+                if fd is not None:
+                    os.close(fd)
+
+    async def _exited(self, pid: int) -> bool:
+        fd = self._fds[pid]
+        if fd is None:
+            return True
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        loop.add_reader(fd, done.set)
+        try:
+            # Generous: it is an event, so a healthy run never waits it out, and a loaded
+            # machine may take seconds to schedule a dying process.
+            await asyncio.wait_for(done.wait(), 30)
+        except TimeoutError:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)  # not left behind for the next test
+            return False
+        finally:
+            loop.remove_reader(fd)
+        return True
+
+
+async def started(nap_bin: Path) -> Started:
     """Block (in a thread) until the napper writes its pid and its grandchild's."""
     fifo = nap_bin.parent / "pids"
-    text = await asyncio.wait_for(asyncio.to_thread(fifo.read_text), 10)
-    return [int(pid) for pid in text.split()]
-
-
-async def exited(pid: int) -> bool:
-    """True once `pid` has terminated (a zombie counts): waits on a pidfd, never polls."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    loop = asyncio.get_running_loop()
-    done = asyncio.Event()
-    loop.add_reader(fd, done.set)
-    try:
-        await asyncio.wait_for(done.wait(), 5)
-    except TimeoutError:
-        os.kill(pid, signal.SIGKILL)  # do not leave it behind for the next test
-        return False
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
-    return True
+    text = await asyncio.wait_for(asyncio.to_thread(fifo.read_text), 30)
+    return Started([int(pid) for pid in text.split()])
 
 
 async def test_timeout_kills_the_process_group(nap_bin: Path) -> None:
-    call = asyncio.create_task(napper_tool(nap_bin, 0.2).handler({"command": "napper"}, Ctx()))
-    pids = await started_pids(nap_bin)
-    with pytest.raises(ToolFailed, match=re.escape("`napper` timed out after 0.2 s")):
+    call = asyncio.create_task(napper_tool(nap_bin, 1).handler({"command": "napper"}, Ctx()))
+    pids = await started(nap_bin)
+    with pytest.raises(ToolFailed, match=re.escape("`napper` timed out after 1 s")):
         await call
-    assert [await exited(pid) for pid in pids] == [True, True]
+    assert await pids.exited() == [True, True]
 
 
 async def test_cancellation_kills_the_process_group_and_propagates(nap_bin: Path) -> None:
     call = asyncio.create_task(napper_tool(nap_bin, 30).handler({"command": "napper"}, Ctx()))
-    pids = await started_pids(nap_bin)
+    pids = await started(nap_bin)
+    assert pids.same_group()
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
-    assert [await exited(pid) for pid in pids] == [True, True]
+    assert await pids.exited() == [True, True]
 
 
 async def test_x4_truncation_kills_the_process_group(nap_bin: Path) -> None:
     """X4: past the byte limit the printer and its grandchild are killed, not left running."""
     tool = napper_tool(nap_bin, 60, program="flooder")
     call = asyncio.create_task(tool.handler({"command": "flooder"}, Ctx()))
-    pids = await started_pids(nap_bin)
+    pids = await started(nap_bin)
     out = await call
     assert out.startswith("stopped: output passed 4096 bytes\n")
-    assert [await exited(pid) for pid in pids] == [True, True]
+    assert await pids.exited() == [True, True]
 
 
 async def test_a_commands_paths_are_resolved_off_the_event_loop(
