@@ -33,7 +33,6 @@ the caller's `Summarize`); everything else is pure arithmetic on the cached sums
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from agent_core._context_summary import (
     summary_request,
 )
 from agent_core._errors import ContextTooLong, ModelError
-from agent_core._llm.convert import tools_to_wire
+from agent_core._llm.convert import tools_json
 from agent_core._messages import (
     AssistantMessage,
     Message,
@@ -286,7 +285,7 @@ class ContextWindow:
         if key not in self._tools:
             if len(self._tools) >= _SESSIONS:
                 self._tools.clear()
-            self._tools[key] = estimate_tokens(json.dumps(tools_to_wire(toolset))) if key else 0
+            self._tools[key] = estimate_tokens(tools_json(toolset).decode()) if key else 0
         return self._tools[key]
 
 

@@ -6,14 +6,21 @@ and the model client all use these types; provider wire dicts exist only inside
 
 Messages are frozen pydantic models with a `role` discriminator, so a history round-trips through
 JSON (`dump_messages` / `load_messages`) for the Redis store without pickle.
+
+Every text field is whole Unicode: JSON may escape half of a surrogate pair alone, and Python
+decodes that to a string no UTF-8 writer accepts (the history store, the model request, a card
+would each fail on it). A model's stream, an MCP result or a Prometheus label written by a
+stranger can carry one, so a lone surrogate becomes U+FFFD when a message is built; a proper
+pair is one character by then and is kept.
 """
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 
 __all__ = [
     "AssistantMessage",
@@ -28,7 +35,22 @@ __all__ = [
     "dump_messages",
     "load_message",
     "load_messages",
+    "whole_text",
 ]
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def whole_text(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD (module docstring)."""
+    if text.isascii() or _LONE_SURROGATE.search(text) is None:
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+Text = Annotated[str, AfterValidator(whole_text)]
+"""A message's text: whole Unicode, writable as UTF-8 (module docstring)."""
 
 
 class _Frozen(BaseModel):
@@ -38,11 +60,11 @@ class _Frozen(BaseModel):
 class ToolCall(_Frozen):
     """One function call requested by the model."""
 
-    id: str
+    id: Text
     """Provider-assigned call id; unique within a session's history."""
-    name: str
+    name: Text
     """Name of the tool the model wants to run."""
-    arguments: str = "{}"
+    arguments: Text = "{}"
     """Raw JSON arguments exactly as the model produced them (may be invalid JSON)."""
 
 
@@ -50,7 +72,7 @@ class SystemMessage(_Frozen):
     """Instructions for the model."""
 
     role: Literal["system"] = "system"
-    content: str
+    content: Text
 
 
 class UserKind(StrEnum):
@@ -71,8 +93,8 @@ class UserMessage(_Frozen):
     """Input from a person (or the system speaking for one)."""
 
     role: Literal["user"] = "user"
-    content: str
-    author: str | None = None
+    content: Text
+    author: Text | None = None
     """Display name of the person who wrote it, when known."""
     kind: UserKind = UserKind.TASK
 
@@ -81,7 +103,7 @@ class AssistantMessage(_Frozen):
     """One complete model response: text, tool calls, or both."""
 
     role: Literal["assistant"] = "assistant"
-    content: str = ""
+    content: Text = ""
     tool_calls: tuple[ToolCall, ...] = ()
 
 
@@ -102,9 +124,9 @@ class ToolMessage(_Frozen):
     """The answer to exactly one `ToolCall`."""
 
     role: Literal["tool"] = "tool"
-    call_id: str
-    name: str
-    content: str
+    call_id: Text
+    name: Text
+    content: Text
     status: ToolStatus = ToolStatus.OK
 
 

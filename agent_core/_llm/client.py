@@ -35,7 +35,6 @@ persisted.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
@@ -44,10 +43,10 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_core._errors import ModelUnavailable
-from agent_core._llm.convert import ToolCallAssembler, messages_to_wire, tools_to_wire
+from agent_core._llm.convert import ToolCallAssembler, request_body, tools_json
 from agent_core._llm.provider_errors import context_too_long, map_openai_errors, one_line
 from agent_core._llm.sse import body_lines, sse_chunks
-from agent_core._messages import AssistantMessage, Message
+from agent_core._messages import AssistantMessage, Message, whole_text
 from agent_core._tokens import estimate_tokens, message_tokens
 from agent_core.tools._base import Toolset
 
@@ -201,31 +200,31 @@ class OpenAIChatModel:
         self, messages: Sequence[Message], toolset: Toolset, on_delta: DeltaSink | None = None
     ) -> ModelResponse:
         """Request one response and assemble it, streamed or whole (module docstring)."""
-        kwargs: dict[str, Any] = {"model": self._model, "messages": messages_to_wire(messages)}
-        if len(toolset):
-            kwargs["tools"] = tools_to_wire(toolset)
+        fields: dict[str, Any] = {"model": self._model}
+        offers_tools = len(toolset) > 0
+        if offers_tools:
             if isinstance(self._tool_choice, ForcedTool):
                 if toolset.get(self._tool_choice.name) is not None:
-                    kwargs["tool_choice"] = self._tool_choice.wire()
+                    fields["tool_choice"] = self._tool_choice.wire()
             elif self._tool_choice is not ToolChoice.OMIT:
-                kwargs["tool_choice"] = self._tool_choice.value
-        offers_tools = "tools" in kwargs
+                fields["tool_choice"] = self._tool_choice.value
+        request = _Request(fields, messages, toolset if offers_tools else None)
         if self._streaming is ModelStreaming.OFF or (offers_tools and not self._streams_tools):
-            response = await self._complete(kwargs)
+            response = await self._complete(request)
             if on_delta is not None and response.message.content:
                 await on_delta(response.message.content)
         else:
             try:
-                response = await self._stream(kwargs, on_delta)
+                response = await self._stream(request, on_delta)
                 self._cuts = 0
             except _EmptyStream as empty:
                 if not offers_tools or self._streaming is not ModelStreaming.AUTO:
                     raise
                 self._after_empty_stream(cut=isinstance(empty, _CutStream))
-                response = await self._complete(kwargs)
+                response = await self._complete(request)
                 if on_delta is not None and response.message.content:
                     await on_delta(response.message.content)
-        return self._counted(response, messages, kwargs.get("tools"))
+        return self._counted(response, request)
 
     def _after_empty_stream(self, *, cut: bool) -> None:
         """Book a stream with tools that gave no data; stop streaming them if it says so."""
@@ -245,21 +244,31 @@ class OpenAIChatModel:
             f"was cut before any data {self._cuts} times in a row" if cut else "ended empty",
         )
 
-    async def _stream(self, kwargs: dict[str, Any], on_delta: DeltaSink | None) -> ModelResponse:
-        # The SDK sends the request and raises its status errors; the body is read as plain
-        # JSON (`agent_core._llm.sse`: a pydantic object per chunk was most of the CPU).
+    async def _stream(self, request: _Request, on_delta: DeltaSink | None) -> ModelResponse:
+        # The SDK sends our body (auth, base URL, retries, status errors) and hands back the
+        # unread response; the body is read as plain JSON (`agent_core._llm.sse`: a pydantic
+        # object per chunk was most of the CPU).
+        import httpx2
+
+        body = request.body(stream=True, stream_options={"include_usage": True})
         with map_openai_errors():
-            async with self._client.chat.completions.with_streaming_response.create(
-                **kwargs, stream=True, stream_options={"include_usage": True}
-            ) as raw:
-                http = raw.http_response
+            http = await self._client.post(
+                "/chat/completions", cast_to=httpx2.Response, content=body, stream=True
+            )
+            try:
                 lines = body_lines(http.aiter_bytes())
                 async with aclosing(sse_chunks(lines, http.request)) as chunks:
                     return await _assemble(chunks, on_delta)
+            finally:
+                await http.aclose()
 
-    async def _complete(self, kwargs: dict[str, Any]) -> ModelResponse:
+    async def _complete(self, request: _Request) -> ModelResponse:
+        from openai.types.chat import ChatCompletion
+
         with map_openai_errors():
-            completion = await self._client.chat.completions.create(**kwargs, stream=False)
+            completion = await self._client.post(
+                "/chat/completions", cast_to=ChatCompletion, content=request.body(stream=False)
+            )
         if not completion.choices:
             raise ModelUnavailable("the response has no choices")
         message = completion.choices[0].message
@@ -278,9 +287,7 @@ class OpenAIChatModel:
         )
         return ModelResponse(assistant, _usage_of(completion.usage), response_id)
 
-    def _counted(
-        self, response: ModelResponse, messages: Sequence[Message], tools: object
-    ) -> ModelResponse:
+    def _counted(self, response: ModelResponse, request: _Request) -> ModelResponse:
         """The response with its usage estimated when the provider reported none."""
         if not response.usage.estimated:
             return response
@@ -291,12 +298,25 @@ class OpenAIChatModel:
                 "the settle records use the estimate)",
                 self._model,
             )
-        prompt = sum(message_tokens(m) for m in messages)
-        if tools:
-            prompt += estimate_tokens(json.dumps(tools))
+        prompt = sum(message_tokens(m) for m in request.messages)
+        if request.toolset is not None:
+            prompt += estimate_tokens(tools_json(request.toolset).decode())
         completion = message_tokens(response.message)
         usage = Usage(prompt, completion, estimated=True)
         return ModelResponse(response.message, usage, response.response_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What one `respond` sends: its fields, history and tools (`None`: none offered)."""
+
+    fields: dict[str, Any]
+    messages: Sequence[Message]
+    toolset: Toolset | None
+
+    def body(self, **more: Any) -> bytes:
+        """The JSON body, with `more` fields (`stream`, ...): see `convert.request_body`."""
+        return request_body({**self.fields, **more}, self.messages, self.toolset)
 
 
 _NO_USAGE = Usage(estimated=True)
@@ -374,7 +394,7 @@ async def _assemble(chunks: AsyncIterator[Any], on_delta: DeltaSink | None) -> M
             usage = _usage_of_wire(reported)
         for choice in _list(chunk.get("choices")):
             if (content := parts.take(choice)) is not None and on_delta is not None:
-                await on_delta(content)
+                await on_delta(whole_text(content))  # as the message will hold it
     if not parts.finished:
         # The connection ended before the provider said the response was complete: what we
         # have is a partial response, and a partial response is never persisted.

@@ -14,17 +14,26 @@ An assistant message with tool calls and no text is sent with `content: ""`, nev
 vLLM and Ollama accept both, and llama-cpp-python's server answers null with HTTP 500 (its
 `ChatCompletionRequestAssistantMessage.content` is a string).
 
-`messages_to_wire` converts each message object once: messages are frozen, and a session's are
-sent again on every request of every turn, so the wire dict of each is kept (by identity, for as
-long as the message itself lives: a weak reference) and shared by every request that sends it.
-Those dicts are read-only to their users (the SDK copies what it sends).
+Each message object is converted once: messages are frozen, and a session's are sent again on
+every request of every turn, so the wire dict of each, and its JSON, are kept (by identity, for
+as long as the message itself lives: a weak reference) and shared by every request that sends
+it; a toolset's JSON likewise. `request_body` then joins those pieces, so building a request
+costs the new messages' conversion plus copying bytes, not a walk of the whole history (the
+SDK's own `create` transforms every message of every request: 94% of a request's CPU at 500
+messages, `bench/model_client.py`). The dicts are read-only to their users.
+
+The JSON is what the SDK itself would send (compact separators, UTF-8, no NaN), with one
+difference: a string holding a lone surrogate (JSON can escape half of a surrogate pair alone,
+and a chat message, a model's own output or an MCP result may do so) cannot be encoded as
+UTF-8, so that message is written with ASCII escapes instead of failing the request.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +54,8 @@ __all__ = [
     "MAX_CALL_CHARS",
     "ToolCallAssembler",
     "messages_to_wire",
+    "request_body",
+    "tools_json",
     "tools_to_wire",
     "unique_call_ids",
 ]
@@ -90,32 +101,59 @@ def _to_wire(message: Message) -> dict[str, Any]:
             return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
 
 
-class _WireMemo:
-    """The wire dict of every live message converted so far, by the message's identity.
+def to_json(value: Any) -> bytes:
+    """`value` as the SDK would send it (compact, UTF-8, no NaN); ASCII escapes if it must."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (module docstring)
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
-    An entry holds a weak reference to its message, whose callback removes the entry when the
-    message is collected: the memo holds no message alive, and an id is never reused while its
-    entry exists. It is bounded by the messages the process holds (the history store's cache,
+
+@dataclass(slots=True)
+class _Converted:
+    ref: weakref.ref[Any]
+    wire: Any
+    json: bytes | None = None
+
+
+class _Memo:
+    """What was converted from every live object so far (a message, a toolset), by identity.
+
+    An entry holds a weak reference to its object, whose callback removes the entry when the
+    object is collected: the memo holds nothing alive, and an id is never reused while its
+    entry exists. It is bounded by the objects the process holds (the history store's cache,
     the running turns).
     """
 
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[weakref.ref[Message], dict[str, Any]]] = {}
+    def __init__(self, convert: Callable[[Any], Any]) -> None:
+        self._convert = convert
+        self._entries: dict[int, _Converted] = {}
 
-    def wire(self, message: Message) -> dict[str, Any]:
-        """The message's wire dict, converted on first use."""
-        key = id(message)
+    def _entry(self, item: Any) -> _Converted:
+        key = id(item)
         entry = self._entries.get(key)
-        if entry is not None and entry[0]() is message:
-            return entry[1]
-        wire = _to_wire(message)
-        self._entries[key] = (weakref.ref(message, self._forget(key)), wire)
-        return wire
+        if entry is not None and entry.ref() is item:
+            return entry
+        entry = _Converted(weakref.ref(item, self._forget(key)), self._convert(item))
+        self._entries[key] = entry
+        return entry
 
-    def _forget(self, key: int) -> Callable[[weakref.ref[Message]], None]:
+    def wire(self, item: Any) -> Any:
+        """The object's wire form, converted on first use."""
+        return self._entry(item).wire
+
+    def json(self, item: Any) -> bytes:
+        """The object's wire form as JSON (`to_json`), written on first use."""
+        entry = self._entry(item)
+        if entry.json is None:
+            entry.json = to_json(entry.wire)
+        return entry.json
+
+    def _forget(self, key: int) -> Callable[[weakref.ref[Any]], None]:
         entries = self._entries  # not `self`: the callback keeps no cycle through the memo
 
-        def forget(_: weakref.ref[Message]) -> None:
+        def forget(_: weakref.ref[Any]) -> None:
             entries.pop(key, None)
 
         return forget
@@ -124,7 +162,22 @@ class _WireMemo:
         return len(self._entries)
 
 
-_MEMO = _WireMemo()
+def _tools_of(toolset: Toolset) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": dict(tool.parameters),
+            },
+        }
+        for tool in toolset
+    ]
+
+
+_MEMO = _Memo(_to_wire)
+_TOOLS = _Memo(_tools_of)
 
 
 def messages_to_wire(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -137,18 +190,33 @@ def messages_to_wire(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 def tools_to_wire(toolset: Toolset) -> list[dict[str, Any]]:
-    """Convert a toolset to the `tools` array of a chat-completions request."""
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": tool.name,
-                "description": tool.description,
-                "parameters": dict(tool.parameters),
-            },
-        }
-        for tool in toolset
-    ]
+    """Convert a toolset to the `tools` array of a chat-completions request (shared, read-only)."""
+    wire: list[dict[str, Any]] = _TOOLS.wire(toolset)
+    return wire
+
+
+def tools_json(toolset: Toolset) -> bytes:
+    """The `tools` array of a chat-completions request as JSON, written once per toolset."""
+    return _TOOLS.json(toolset)
+
+
+def request_body(
+    fields: Mapping[str, Any], messages: Sequence[Message], toolset: Toolset | None = None
+) -> bytes:
+    """The JSON body of a chat-completions request: `fields`, then `messages` and `tools`.
+
+    Args:
+        fields: The request's other fields (`model`, `stream`, `tool_choice`, ...), non-empty.
+        messages: The history, each message's JSON written once in its life (module docstring).
+        toolset: The tools offered, if any (an empty set sends no `tools`).
+    """
+    message_json = _MEMO.json
+    parts = [to_json(fields)[:-1], b',"messages":[', b",".join(message_json(m) for m in messages)]
+    if toolset is not None and len(toolset):
+        parts += [b'],"tools":', _TOOLS.json(toolset), b"}"]
+    else:
+        parts.append(b"]}")
+    return b"".join(parts)
 
 
 MAX_CALLS = 128

@@ -2,8 +2,9 @@
 
 The openai SDK builds a pydantic object for every streamed chunk, which cost about 90 µs of CPU a
 chunk against 3-6 µs for reading the same lines and decoding their JSON (`bench/model_client.py`).
-The SDK still sends the request (auth, base URL, retries, status errors, through
-`with_streaming_response`); only the body is read here. Deliberately not the SDK's own SSE
+The SDK still sends the request (auth, base URL, retries, status errors: `client.post` with our
+own body, see `convert.request_body`, and the response handed back unread); only the body is
+read here. Deliberately not the SDK's own SSE
 decoder: it is private API, and what it does is small enough to keep in view.
 
 Contract, as the SDK's `AsyncStream` reads a chat-completions stream: the body is split into

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import openai
@@ -39,7 +39,6 @@ from agent_core import (
     Toolset,
     TurnRequest,
     UserMessage,
-    openai_http_client,
 )
 from agent_core._llm.convert import MAX_CALLS, ToolCallAssembler
 from agent_core._tokens import estimate_tokens, message_tokens
@@ -53,6 +52,7 @@ from tests.fakes.replay_server import (
     Whole,
 )
 from tests.fakes.replay_server import _replay_server_process as _replay_process_fixture  # noqa: F401
+from tests.fakes.replay_server import replay_client as _replay_client_fixture  # noqa: F401
 from tests.fakes.replay_server import replay_server as _replay_fixture  # noqa: F401
 
 LLAMA_ID = "call__0_prometheus_query_cmpl-bf83fcec-043f-4ea7-8611-0daff7dc3ff2"
@@ -71,14 +71,8 @@ TOOLS = Toolset.of([tool(n) for n in ("http_get", "http_probe", "prometheus_quer
 
 
 @pytest.fixture
-async def client(replay_server: ReplayServer) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(
-        base_url=replay_server.base_url,
-        api_key="test",
-        max_retries=2,
-        http_client=openai_http_client(),
-    ) as c:
-        yield c
+def client(replay_client: openai.AsyncOpenAI) -> openai.AsyncOpenAI:
+    return replay_client
 
 
 def call(id: str, name: str, arguments: str) -> ToolCall:
@@ -181,7 +175,8 @@ async def test_an_estimated_prompt_counts_the_messages_and_the_tools(
     without = await model.respond(HISTORY, Toolset())
     messages = sum(message_tokens(m) for m in HISTORY)
     assert without.usage.prompt_tokens == messages
-    tools = estimate_tokens(json.dumps(replay_server.bodies[0]["tools"]))
+    sent = replay_server.bodies[0]["tools"]  # as sent: compact, UTF-8
+    tools = estimate_tokens(json.dumps(sent, separators=(",", ":"), ensure_ascii=False))
     assert with_tools.usage.prompt_tokens == messages + tools
 
 

@@ -22,15 +22,18 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from starlette.types import Receive, Scope, Send
 
 from tests.fakes.loopback_server import LoopbackServer
 from tests.paths import ROOT
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = [
     "STREAMS",
@@ -227,3 +230,19 @@ def replay_server(_replay_server_process: ReplayServer) -> Iterator[ReplayServer
     _replay_server_process.reset()
     yield _replay_server_process
     _replay_server_process.reset()
+
+
+@pytest.fixture(name="replay_client")
+async def replay_client(replay_server: ReplayServer) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The real openai SDK pointed at `replay_server`, with the worker's HTTP client."""
+    import openai
+
+    from agent_core import openai_http_client
+
+    async with openai.AsyncOpenAI(
+        base_url=replay_server.base_url,
+        api_key="test",
+        max_retries=2,
+        http_client=openai_http_client(),
+    ) as client:
+        yield client
