@@ -29,14 +29,25 @@ families are the source of the rules here instead (`_rules.py`, `_names.py`).
 
 from __future__ import annotations
 
-from agent_core._redaction._engine import MARKER
+from agent_core._redaction._engine import MARKER, compile_any
 from agent_core._redaction._rules import RULES
 
 __all__ = ["MARKER", "redact"]
 
+_ANY_RULE = compile_any(rule.pattern.pattern for rule in RULES)
+"""Found in a text exactly when some rule's pattern is: most texts hold no secret, and one
+search of the union costs what one rule does, not 84 (bench/hygiene.py)."""
+
 
 def redact(text: str) -> str:
-    """Replace every recognised secret in `text` with `[REDACTED:<kind>]`."""
+    """Replace every recognised secret in `text` with `[REDACTED:<kind>]`.
+
+    A text in which no rule's pattern is found is returned as it is, after one search: no
+    rule could change it (a rule only rewrites its own matches), so that is what the rules
+    one by one would return.
+    """
+    if _ANY_RULE.search(text) is None:
+        return text
     for rule in RULES:
         text = rule.apply(text)
     return text

@@ -16,7 +16,7 @@ spans in time proportional to the number of groups, so rules keep to one group.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -27,6 +27,7 @@ __all__ = [
     "Match",
     "Pattern",
     "Rule",
+    "compile_any",
     "compile_pattern",
     "is_placeholder",
     "marker",
@@ -59,6 +60,10 @@ class Pattern(Protocol):
     """The part of `re2._Regexp` the rules use."""
 
     @property
+    def pattern(self) -> str:
+        """The source it was compiled from."""
+
+    @property
     def groupindex(self) -> Mapping[str, int]:
         """Group numbers by name."""
 
@@ -74,6 +79,27 @@ def compile_pattern(pattern: str) -> Pattern:
     options = re2.Options()
     options.log_errors = False  # an invalid rule raises at import; RE2's own log adds nothing
     return cast(Pattern, re2.compile(pattern, options))
+
+
+def compile_any(patterns: Iterable[str]) -> Pattern:
+    """One RE2 pattern that is found in a text exactly when one of `patterns` is.
+
+    The alternation of the patterns, each in a group of its own (so its inline flags stay in
+    it), with named groups made plain (RE2 refuses a name used twice). RE2 never gives a wrong
+    answer for lack of memory (it falls back from its DFA to an NFA), so the union is a safe
+    test that no rule has anything to do; it gets more memory than one rule needs.
+    """
+    alternatives = [_NAMED_GROUP.sub("(?:", pattern) for pattern in patterns]
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = _ANY_MAX_MEM
+    union = "|".join(f"(?:{alternative})" for alternative in alternatives)
+    return cast(Pattern, re2.compile(union, options))
+
+
+_NAMED_GROUP = re2.compile(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>")
+_ANY_MAX_MEM = 64 << 20
+"""RE2's memory budget for the union of every rule (its default, 8 MiB, suits one pattern)."""
 
 
 def marker(kind: str) -> str:
