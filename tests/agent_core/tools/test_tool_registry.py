@@ -389,3 +389,28 @@ async def test_a_call_past_its_deadline_is_answered_as_a_timeout_and_not_retried
     _, results = await answer_batch(make_runtime, fake_llm, hung.tool, fp.ToolCall("hung_read"))
     assert hung.runs == 1
     assert "timed out" in results[0]["content"]
+
+
+def test_a_subset_of_tools_checks_arguments_without_compiling_a_schema_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Toolset.only` (once per turn that names its tools) shares the compiled schemas."""
+    from agent_core.tools import _base
+
+    counted = Counting("count", parameters=COUNT_SCHEMA).tool
+    toolset = Toolset.of([counted, Counting("other").tool])
+    compiled: list[str] = []
+    compile_one = _base.ArgumentSchema  # type: ignore[attr-defined]
+
+    def counting(name: str, schema: Mapping[str, Any]) -> Any:
+        compiled.append(name)
+        return compile_one(name, schema)
+
+    monkeypatch.setattr(_base, "ArgumentSchema", counting)
+    subset = toolset.only(["count"])
+    assert compiled == []
+    assert [t.name for t in subset] == ["count"] and subset.get("other") is None
+    subset.check_arguments("count", {"count": 2})
+    with pytest.raises(ToolFailed, match=r"invalid arguments: \$: 'count' is a required property"):
+        subset.check_arguments("count", {})
+    assert len(toolset) == 2  # the whole set is untouched
