@@ -46,9 +46,11 @@ __all__ = [
 LogFormat = Literal["json", "text"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LOG_LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-CHATTY_LOGGERS = ("apscheduler.executors.default", "apscheduler.scheduler")
-"""Loggers that say at INFO what every tick does (APScheduler: each reaper run, every 10 s);
-above DEBUG they log warnings only."""
+CHATTY_LOGGERS = ("apscheduler.executors.default", "apscheduler.scheduler", "httpx", "httpx2")
+"""Loggers that say at INFO what every tick or request does (APScheduler: each reaper run,
+every 10 s; httpx, and the openai SDK's httpx2: an `HTTP Request: POST …` line for every model
+request and tool call, each formatted and redacted, 2.5% of a busy worker's CPU); above DEBUG
+they log warnings only."""
 
 _SESSION: ContextVar[str | None] = ContextVar("chatops_log_session", default=None)
 _TURN: ContextVar[str | None] = ContextVar("chatops_log_turn", default=None)

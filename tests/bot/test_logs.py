@@ -47,6 +47,32 @@ def lines_of(out: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+async def test_a_request_line_of_the_http_clients_is_logged_at_debug_only(level: str) -> None:
+    """Every request is logged at INFO by httpx and httpx2 (the openai SDK's): noise above DEBUG."""
+    import httpx
+    import httpx2
+
+    out = io.StringIO()
+    root = logging.getLogger()
+    saved = root.level, list(root.handlers)
+    handler = configure_logging("json", level, stream=out)  # type: ignore[arg-type]
+    try:
+        for client in (
+            httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(200))),
+            httpx2.AsyncClient(transport=httpx2.MockTransport(lambda r: httpx2.Response(200))),
+        ):
+            async with client:
+                await client.get("http://tool.example/health")
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved[0])
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).setLevel(logging.NOTSET)
+    requests = [line for line in lines_of(out) if "HTTP Request:" in line["message"]]
+    assert [line["logger"] for line in requests] == ([] if level == "INFO" else ["httpx", "httpx2"])
+
+
 def test_a_line_carries_the_ids_of_its_context_and_only_there(captured) -> None:
     log = logging.getLogger("bot.test")
     with log_context(session="s1", event="e1"):
