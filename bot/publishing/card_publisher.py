@@ -179,7 +179,7 @@ class CardPublisher:
                         log.info("card update for %s refused by the fence", card.turn_id)
                         return False
                     self._claimed = card
-                await self._send(card)
+                await self._send_whole(card)
                 return True
             except PlatformRateLimited as exc:
                 await asyncio.sleep(exc.retry_after_s)
@@ -192,6 +192,26 @@ class CardPublisher:
             except Exception:  # a card that cannot be shown must never end the analysis
                 log.exception("card update failed unexpectedly")
                 return False
+
+    async def _send_whole(self, card: ProgressCard) -> None:
+        """`_send`, not cut by a cancellation once under way (for `final_timeout_s` at most).
+
+        The flusher is cancelled when its turn ends, often while an update is in flight: the
+        platform may have shown it, and only a send that runs to its end records it in the
+        audit trail, so the trail says what the platform was sent (a stop's `stopping`
+        included). The final state follows through `finish` either way.
+        """
+        sending = asyncio.get_running_loop().create_task(self._send(card))
+        try:
+            await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            done, _ = await asyncio.wait({sending}, timeout=self._options.final_timeout_s)
+            if not done:
+                sending.cancel()
+                await asyncio.wait({sending})
+            if not sending.cancelled():
+                sending.exception()  # seen here; the cancellation is what goes on
+            raise
 
     async def _send(self, card: ProgressCard) -> None:
         await self._deliver(card)
