@@ -34,8 +34,8 @@ from bot.control.killswitch import KillSwitchDesk, SwitchAnswer
 from bot.control.subagents import SubagentRegistry
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent, EventKind
-from bot.intake.queue import DEDUPE_TTL_S, Queue
-from bot.intake.routing import RoutingOutcome, route_event
+from bot.intake.queue import DEDUPE_TTL_S, Queue, Route, StateRoutes, Trail
+from bot.intake.routing import RoutingOutcome, route_submitted
 from bot.publishing.card_record import CardRecord
 from bot.state.audit import AuditEvent, AuditLog, clip
 from bot.state.memory import MemoryBook
@@ -122,13 +122,17 @@ class Intake:
         arrived = time.time()  # before the write: a worker may cut on it before we return
         if _is_wrong(event):
             return await self._mark_wrong(event, arrived)
-        outcome = await route_event(self.queue, event)
+        outcome, submitted = await route_submitted(
+            self.queue, event, lambda routes: self._trail(event, arrived, routes)
+        )
         match outcome:
-            case RoutingOutcome.STEER:
-                await self._audit_person(event, arrived, steer=True)
             case RoutingOutcome.STOP:
-                await self._audit_person(event, arrived, steer=False)
-                await self._stop_tree(event)
+                # A stop reaches the analysis's sub-agents at once: their parent's own end
+                # stops them too, but only once a worker runs it.
+                if submitted is not None and submitted.parent:
+                    await SubagentRegistry(self._redis, self.queue.keys).stop_tree(
+                        event.session_id, event.author_name or event.author
+                    )
             case RoutingOutcome.APPROVE:
                 return Taken(outcome, press=await self._desk.press(event))
             case RoutingOutcome.DUPLICATE if _is_press(event):
@@ -137,6 +141,7 @@ class Intake:
                 return Taken(outcome, switched=await self._command(event))
             case (
                 RoutingOutcome.START
+                | RoutingOutcome.STEER
                 | RoutingOutcome.QUEUE
                 | RoutingOutcome.CANCELLED
                 | RoutingOutcome.DUPLICATE
@@ -146,6 +151,33 @@ class Intake:
             case never:
                 assert_never(never)
         return Taken(outcome)
+
+    def _trail(self, event: ChatEvent, arrived: float, may: StateRoutes) -> Trail | None:
+        """Who steers or stops, if the event may: written by the submit with the event itself.
+
+        A Stop button names its turn; typed text does not.
+        """
+        routes = set(may)
+        if not routes & {Route.STEER, Route.STOP}:
+            return None
+
+        def audited(steer: bool) -> str:
+            stop_turn = event.action_value if event.kind is EventKind.ACTION else ""
+            return AuditEvent(
+                ts=arrived,
+                session=event.session_id,
+                turn="" if steer else stop_turn,
+                kind="steer" if steer else "stop",
+                who=event.person,
+                data={"text": clip(event.text)} if steer else {},
+            ).model_dump_json()
+
+        return Trail(
+            steer=audited(True) if Route.STEER in routes else "",
+            stop=audited(False) if Route.STOP in routes else "",
+            maxlen=self._audit.maxlen,
+            retention_s=self._audit.retention_s,
+        )
 
     async def _mark_wrong(self, event: ChatEvent, arrived: float) -> Taken:
         """Mark the answer of the analysis the press names; audit its first delivery.
@@ -184,32 +216,6 @@ class Intake:
         except (QueueUnavailable, StoreError, asyncio.CancelledError):
             await asyncio.shield(self._forget(event))
             raise
-
-    async def _audit_person(self, event: ChatEvent, arrived: float, *, steer: bool) -> None:
-        """Record who steered or stopped (a Stop button names its turn; typed text does not)."""
-        stop_turn = event.action_value if event.kind is EventKind.ACTION else ""
-        audited = AuditEvent(
-            ts=arrived,
-            session=event.session_id,
-            turn="" if steer else stop_turn,
-            kind="steer" if steer else "stop",
-            who=event.person,
-            data={"text": clip(event.text)} if steer else {},
-        )
-        await self._audit.record(audited)
-
-    async def _stop_tree(self, event: ChatEvent) -> None:
-        """A stop reaches the analysis's sub-agents at once.
-
-        Their parent's own end stops them too, but only once a worker runs it.
-        """
-        keys, session = self.queue.keys, event.session_id
-        with map_redis_errors("read sub-agent parents"):
-            is_parent = await self._redis.sismember(keys.parents, session)
-        if is_parent:
-            await SubagentRegistry(self._redis, keys).stop_tree(
-                session, event.author_name or event.author
-            )
 
     async def submit(self, event: ChatEvent) -> RoutingOutcome:
         """`take`, for a transport that only needs the routing outcome."""

@@ -25,6 +25,9 @@ Routes:
 A start, a steer and a queued message also add their author (`ChatEvent.person`) to the
 session's participants, in the same step that accepts them, so no one who shaped the analysis
 can be missed when the approval desk looks for a destructive call's second person (X11).
+A steer and a stop also append who did it to the session's audit trail (`Trail`), and a stop
+answers whether its session dispatched sub-agents, in the same call: the webhook's steer and
+stop paths cost one round trip, and an event is never accepted without its audit entry.
 
 Payloads are JSON validated by pydantic models, never pickle.
 """
@@ -57,6 +60,7 @@ __all__ = [
     "Route",
     "StateRoutes",
     "Submitted",
+    "Trail",
     "TurnJob",
     "turn_id_for",
 ]
@@ -82,6 +86,7 @@ def _submit_values() -> dict[str, object]:
         BotSessionKey.APPROVAL_PRESSES,
         BotSessionKey.AWAITING,
         BotSessionKey.PARTICIPANTS,
+        BotSessionKey.AUDIT,
     )
     return {
         **{name.name: name.value for name in layout},
@@ -118,6 +123,26 @@ class Submitted:
     """The event (or its message) was already written once."""
     cancelled: bool = False
     """A start that a later stop had already cancelled (it was sent before the stop)."""
+    parent: bool = False
+    """A stopped session dispatched sub-agents (their trees are to be stopped too)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trail:
+    """Who steered or stopped, appended to the session's audit trail in the submit's own call.
+
+    One round trip instead of two on the webhook's steer and stop paths (bench/ingress.py), and
+    the event and its audit entry are written together or not at all.
+    """
+
+    steer: str
+    """The JSON `bot.state.audit.AuditEvent` written if the event steers ("" for none)."""
+    stop: str
+    """The one written if it stops ("" for none)."""
+    maxlen: int
+    """The trail's approximate length cap (`XADD MAXLEN ~`)."""
+    retention_s: int
+    """The trail's expiry, refreshed by the write."""
 
 
 class Queue:
@@ -157,7 +182,12 @@ class Queue:
         return delivery, k.seen_message(event.platform, event.channel, event.message_id)
 
     async def submit(
-        self, event: ChatEvent, routes: StateRoutes, *, stop_turn: str = ""
+        self,
+        event: ChatEvent,
+        routes: StateRoutes,
+        *,
+        stop_turn: str = "",
+        trail: Trail | None = None,
     ) -> Submitted:
         """Write one accepted event, exactly once per event and message, in one round trip.
 
@@ -166,12 +196,14 @@ class Queue:
             routes: The route the policy chose for each state the session may be in; the
                 script reads the state and takes the matching one (None: ignore).
             stop_turn: For a stop button, the turn it names (tombstoned even if not open).
+            trail: The audit entries of a steer or a stop, written with it (None: none).
         """
         k, session = self._keys, event.session_id
         keys = [
             *self._markers(event),
             k.turns_stream,
             k.session.session_prefix(session),
+            k.parents,
         ]
         used = set(routes)
         args: list[str | int] = [
@@ -184,9 +216,14 @@ class Queue:
             event.author_name or event.author,
             repr(event.sent_at),
             event.person,
+            trail.steer if trail else "",
+            trail.stop if trail else "",
+            trail.maxlen if trail else 0,
+            trail.retention_s if trail else 0,
+            session,
         ]
         try:
-            status, route, result = await self._submit(keys=keys, args=args)
+            status, route, result, parent = await self._submit(keys=keys, args=args)
         except RedisError as exc:
             raise QueueUnavailable(f"cannot write the event: {exc}") from exc
         if status != 1:
@@ -197,7 +234,8 @@ class Queue:
                 return Submitted(accepted=True, route=taken, cancelled=True)
             return Submitted(accepted=True, route=taken, entry_id=text)
         if taken is Route.STOP:
-            return Submitted(accepted=True, route=taken, stopped_turns=int(text))
+            stopped = int(text)
+            return Submitted(accepted=True, route=taken, stopped_turns=stopped, parent=parent == 1)
         return Submitted(accepted=True, route=taken)
 
 

@@ -19,10 +19,17 @@ from types import MappingProxyType
 from typing import Any, Final, assert_never
 
 from bot.events import AuthorKind, ChatEvent, EventKind
-from bot.intake.queue import Queue, Route, StateRoutes
+from bot.intake.queue import Queue, Route, StateRoutes, Submitted, Trail
 from bot.policy.steer import Decision, Marker, RunState, ThreadRelation, decide, marker_of
 
-__all__ = ["RoutingOutcome", "Submit", "outcome_of", "route_event", "routes_for"]
+__all__ = [
+    "RoutingOutcome",
+    "Submit",
+    "outcome_of",
+    "route_event",
+    "route_submitted",
+    "routes_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -119,14 +126,36 @@ def routes_for(event: ChatEvent) -> StateRoutes:
 
 async def route_event(queue: Queue, event: ChatEvent) -> RoutingOutcome:
     """Classify and write `event`; return what became of it, for metrics and logs."""
+    outcome, _ = await route_submitted(queue, event)
+    return outcome
+
+
+async def route_submitted(
+    queue: Queue,
+    event: ChatEvent,
+    trail: Callable[[StateRoutes], Trail | None] | None = None,
+) -> tuple[RoutingOutcome, Submitted | None]:
+    """`route_event`, with the audit entries of a steer or a stop written in the same call.
+
+    Args:
+        queue: Where the event is written.
+        event: The event.
+        trail: Builds the audit entries for the routes the event may take (None: none).
+
+    Returns:
+        The outcome, and what the write did (None when no route applied in any state).
+    """
     routes = routes_for(event)
     if not any(routes):
-        return RoutingOutcome.IGNORED  # whatever the session's state: no round trip at all
+        return RoutingOutcome.IGNORED, None  # whatever the session's state: no round trip at all
     stop_turn = event.action_value if event.kind is EventKind.ACTION else ""
-    submitted = await queue.submit(event, routes, stop_turn=stop_turn)
+    entries = trail(routes) if trail is not None else None
+    submitted = await queue.submit(event, routes, stop_turn=stop_turn, trail=entries)
     if submitted.duplicate:
-        return RoutingOutcome.DUPLICATE
+        return RoutingOutcome.DUPLICATE, submitted
     if submitted.route is None:
-        return RoutingOutcome.IGNORED
+        return RoutingOutcome.IGNORED, submitted
     log.debug("event %s: %s", event.event_id, submitted.route)
-    return RoutingOutcome.CANCELLED if submitted.cancelled else outcome_of(submitted.route)
+    if submitted.cancelled:
+        return RoutingOutcome.CANCELLED, submitted
+    return outcome_of(submitted.route), submitted
