@@ -154,6 +154,8 @@ class RecordedCall:
     """Feishu path parameters (``message_id``, ``card_id``, ...)."""
     query: dict[str, str] = field(default_factory=dict)
     """Query string."""
+    client_port: int = 0
+    """The caller's TCP port: calls over one kept-alive connection share it."""
 
 
 Simulated = tuple[int, dict[str, Any]]
@@ -316,6 +318,7 @@ class LoopbackAPI(LoopbackServer):
                 response=body,
                 path_params=dict(path_params or {}),
                 query=dict(request.query_params),
+                client_port=request.client.port if request.client else 0,
             )
             self._calls.append(call)
             for predicate, loop, done in self._waiters:

@@ -76,6 +76,10 @@ class SlackCards:
             )
         self._client = client
         self._timeout_s = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+        """Ours, shared by every call (opened on the first, in the worker's loop; closed by
+        `aclose`): without one slack_sdk opens a session, and a TCP connection, per call,
+        5% of a busy worker's CPU (bench/load.py)."""
 
     @classmethod
     def from_settings(
@@ -105,7 +109,7 @@ class SlackCards:
         blocks = await asyncio.to_thread(render_slack, card)  # an answer can be 40 KB
         with map_slack_errors():
             async with asyncio.timeout(self._timeout_s):
-                response = await self._client.chat_postMessage(
+                response = await self._web().chat_postMessage(
                     channel=target.channel,
                     thread_ts=target.thread,
                     blocks=blocks,
@@ -122,7 +126,7 @@ class SlackCards:
         blocks = await asyncio.to_thread(render_slack, card)
         with map_slack_errors():
             async with asyncio.timeout(self._timeout_s):
-                await self._client.chat_update(
+                await self._web().chat_update(
                     channel=ref.channel,
                     ts=ref.message_id,
                     blocks=blocks,
@@ -137,12 +141,24 @@ class SlackCards:
         """
         with map_slack_errors():
             async with asyncio.timeout(self._timeout_s):
-                await self._client.assistant_threads_setStatus(
+                await self._web().assistant_threads_setStatus(
                     channel_id=target.channel, thread_ts=target.thread, status=status
                 )
 
+    def _web(self) -> AsyncWebClient:
+        """The client, with the shared session attached (a new one if it was closed)."""
+        if self._session is None or self._session.closed:
+            timeout = aiohttp.ClientTimeout(total=self._client.timeout)
+            self._session = aiohttp.ClientSession(timeout=timeout)
+            self._client.session = self._session
+        return self._client
+
     async def aclose(self) -> None:
-        """Nothing to release: without an injected session slack_sdk opens one per call."""
+        """Close the shared session, if a call opened it. Idempotent."""
+        session, self._session = self._session, None
+        if session is not None:
+            self._client.session = None
+            await session.close()
 
 
 def _ts(response: AsyncSlackResponse) -> str:

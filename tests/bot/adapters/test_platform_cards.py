@@ -18,7 +18,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -112,13 +112,26 @@ def _has_stop(node: Any) -> bool:
 # --- Slack -------------------------------------------------------------------------------------
 
 
+_OPENED: list[SlackCards] = []
+"""The clients a test built, closed after it (each holds an HTTP session once it called)."""
+
+
+@pytest.fixture(autouse=True)
+async def _close_slack_clients() -> AsyncIterator[None]:
+    yield
+    while _OPENED:
+        await _OPENED.pop().aclose()
+
+
 def _slack(api: FakeSlackAPI, *, token: str | None = None, url: str | None = None) -> SlackCards:
     settings = Settings(
         _env_file=None,
         SLACK_BOT_TOKEN=token or api.token,
         SLACK_API_URL=url or api.base_url,
     )
-    return SlackCards.from_settings(settings, timeout_s=2.0)
+    cards = SlackCards.from_settings(settings, timeout_s=2.0)
+    _OPENED.append(cards)
+    return cards
 
 
 def _slack_target(thread: str | None = None) -> CardTarget:
@@ -148,6 +161,22 @@ async def test_slack_post_then_update(slack_api: FakeSlackAPI) -> None:
     post, update = slack_api.calls_to("chat.postMessage"), slack_api.calls_to("chat.update")
     assert (len(post), len(update)) == (1, 1)
     assert update[0].params["ts"] == ref.message_id
+
+
+async def test_slack_calls_share_one_kept_alive_connection(slack_api: FakeSlackAPI) -> None:
+    """slack_sdk opens a connection per call unless given a session: the client keeps one."""
+    cards = _slack(slack_api)
+    ref = await cards.post_card(_slack_target(), LIVE)
+    for _ in range(3):
+        await cards.update_card(ref, LIVE)
+    await cards.set_status(_slack_target(), "is looking…")
+    calls = slack_api.calls
+    assert len(calls) == 5
+    assert len({call.client_port for call in calls}) == 1
+    await cards.aclose()
+    await cards.aclose()  # idempotent
+    await cards.update_card(ref, FINAL)  # a closed client opens a session again
+    assert slack_api.calls[-1].client_port != calls[0].client_port
 
 
 async def test_slack_status_set_and_cleared(slack_api: FakeSlackAPI) -> None:
@@ -239,6 +268,7 @@ async def test_slack_unreachable_and_slow(slack_api: FakeSlackAPI) -> None:
         _env_file=None, SLACK_BOT_TOKEN=slack_api.token, SLACK_API_URL=slack_api.base_url
     )
     impatient = SlackCards.from_settings(settings, timeout_s=0.2)
+    _OPENED.append(impatient)
     slack_api.script("chat.postMessage", slow(5))
 
     with pytest.raises(PlatformUnavailable, match="ClientConnectorError"):

@@ -63,6 +63,7 @@ async def abandoned_card(redis: aioredis.Redis, api: FakeSlackAPI, thread: str) 
     target = CardTarget(Platform.SLACK, sg.SLACK_CHANNEL_ID, thread)
     publisher = CardPublisher(client, CardRecord(redis, KEYS, session), target, lease.token)
     await publisher.open(ProgressCard(title="why?", turn_id="t1", thread=thread))
+    await client.aclose()  # that worker is gone: the reaper brings its own client
     await redis.sadd(KEYS.open_turns(session), "t1")
     await redis.set(KEYS.session.begun(session, "t1"), "1")
     await redis.delete(KEYS.live_turn(session))  # the worker died; its lease expired …

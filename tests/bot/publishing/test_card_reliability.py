@@ -120,6 +120,7 @@ async def test_c5_a_stale_writer_never_overwrites_a_final_card(
     assert len(slack_api.calls_to("chat.update")) == before  # refused before any call
     final = final_card(slack_api, thread)
     assert "It was DNS." in card_text(final) and not stop_buttons(final)
+    await client.aclose()
 
 
 async def test_c6_a_429_on_an_intermediate_edit_is_waited_out(
@@ -202,6 +203,7 @@ async def test_c10_two_reapers_finalize_an_abandoned_card_once(
     assert not stop_buttons(final_card(slack_api, thread))
     again = await reaper().sweep(far_future)
     assert (again.interrupted, again.delivered) == (0, 0)
+    await client.aclose()
 
 
 def _slack_settings(api: FakeSlackAPI) -> Settings:
