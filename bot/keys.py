@@ -56,6 +56,15 @@ class BotKeys:
         return f"{self.prefix}:turns"
 
     @property
+    def ready_probe(self) -> str:
+        """What `/readyz` writes to learn that events can be written.
+
+        In the turns stream's hash slot (its hash tag is that key's name), so on the node that
+        takes the events.
+        """
+        return f"{{{self.turns_stream}}}:ready"
+
+    @property
     def dead_letters(self) -> str:
         """Stream of turn jobs set aside after killing their workers too often."""
         return f"{self.prefix}:turns:dead"

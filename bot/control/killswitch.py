@@ -79,8 +79,11 @@ class KillSwitch:
             raw = await self._redis.get(self._keys.killswitch)
         if raw is None:
             return SwitchState(on=False)
-        record = json.loads(raw)
-        return SwitchState(on=True, by=str(record.get("by", "")), since=float(record["since"]))
+        try:  # set by `engage`; anything else there still means on, by nobody known
+            record = json.loads(raw)
+            return SwitchState(on=True, by=str(record["by"]), since=float(record["since"]))
+        except (ValueError, TypeError, KeyError):
+            return SwitchState(on=True, by="an unreadable record")
 
     async def engage(self, by: str) -> list[str]:
         """Turn it on and stop every live turn; the turns stopped (`session/turn`)."""

@@ -1,8 +1,11 @@
 """What the ingress answers to orchestrators and scrapers: `/healthz`, `/readyz`, `/metrics`.
 
-Contract: `/healthz` says the process serves; `/readyz` is 503 while Redis does not answer a
-ping within 1 s; `/metrics` sets its scrape-time gauges (the oldest live analysis, the kill
-switch) from Redis within 1 s, or skips them with a log, and always renders the rest.
+Contract: `/healthz` says the process serves; `/readyz` is 503 unless Redis takes a write within 1 s
+(a short-lived key beside the turns stream: a Redis that answers a ping but refuses writes, as a
+replica, one out of memory or one failing its snapshots does, cannot take an event either, and an
+orchestrator should send no traffic there); `/metrics` sets its scrape-time gauges (the oldest live
+analysis, the kill switch) from Redis within 1 s, or skips them with a log, and always renders the
+rest.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from agent_core import StoreError
@@ -36,13 +40,20 @@ async def healthz() -> Response:
     return JSONResponse({"status": "ok"})
 
 
+READY_PROBE_TTL_MS = 10_000
+"""The probe key expires on its own: nothing is left behind, whoever wrote it last."""
+
+
 async def readyz(request: Request) -> Response:
     ingress: Ingress = request.app.state.ingress
     try:
         async with asyncio.timeout(1.0):
-            await ingress.redis.ping()
-    except (TimeoutError, RedisError):
+            await ingress.redis.set(ingress.queue.keys.ready_probe, "1", px=READY_PROBE_TTL_MS)
+    except (TimeoutError, ConnectionError, RedisConnectionError):
         return JSONResponse({"status": "redis unreachable"}, status_code=503)
+    except RedisError as exc:  # READONLY, OOM, MISCONF, MOVED, NOPERM, ...
+        refusal = str(exc).split("\n", 1)[0][:200]
+        return JSONResponse({"status": "redis refuses writes", "error": refusal}, status_code=503)
     return JSONResponse({"status": "ready"})
 
 

@@ -90,6 +90,7 @@ class Worker:
         self._keeper = EntryKeeper(self._stream, leases, self.name)
         self._switch = KillSwitch(redis, self._keys)
         self._switch_seen = False
+        self._switch_unreadable = False
         self._next_reclaim = float("-inf")
         self.finished = 0
         """Jobs acknowledged, for tests and metrics."""
@@ -156,11 +157,23 @@ class Worker:
         return (read[0] if isinstance(read, list) and read else None), False
 
     async def _switched_off(self) -> bool:
-        """While the kill switch is on, read nothing: wait one read interval (True)."""
+        """While the kill switch is on, or cannot be read, read nothing: wait one interval (True).
+
+        An unreadable switch is never taken for off: the stream may be readable when the
+        switch is not (a permission, a key on another node), and a worker that read on would
+        run turns an engaged switch forbids.
+        """
         try:
             switch = await self._switch.state()
-        except StoreError:
-            return False  # the read that follows meets the same outage, and rides it out
+        except StoreError as exc:
+            if not self._switch_unreadable:
+                self._switch_unreadable = True
+                log.warning("kill switch unreadable (%s): reading no turns until it is read", exc)
+            await until_set(self._stopping, asyncio.sleep(self._options.block_s))
+            return True
+        if self._switch_unreadable:
+            self._switch_unreadable = False
+            log.warning("kill switch readable again")
         if switch.on != self._switch_seen:
             self._switch_seen = switch.on
             if switch.on:

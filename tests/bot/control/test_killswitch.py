@@ -10,11 +10,13 @@ by the kill switch", both turns settle `stopped`, a mention made while it is on 
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from bot.keys import BotKeys
 from tests.deployment import Deployment, slack_session
@@ -88,3 +90,59 @@ def test_an_unknown_action_is_refused_with_a_clear_error() -> None:
         [CHATOPS, "killswitch", "maybe"], capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 2 and "use on, off or status" in done.stderr
+
+
+class _Heard(logging.Handler):
+    """Sets an event once a record with `text` is logged (from any thread)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.loop = asyncio.get_running_loop()
+        self.heard = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.loop.call_soon_threadsafe(self.heard.set)
+
+
+async def test_a_kill_switch_the_worker_cannot_read_is_never_taken_for_off(
+    bot_settings, fake_llm, slack_api, redis_client
+) -> None:
+    """A worker that can read the stream but not the switch reads no turn until it can.
+
+    The switch is out of reach through an ACL here; in a cluster it may be a key on another
+    node. Once it can be read (off), the waiting turn runs.
+    """
+    from bot.worker.process import log as worker_log
+    from tests.inprocess_bot import open_bot
+
+    # Every key but the switch (`chatops:killswitch`, the only key of ours after "chatops:k").
+    allowed = ["~chatops:[^k]*", "~{*", "&*", "+@all"]
+    await redis_client.acl_setuser("noswitch", enabled=True, nopass=True, keys=[], reset_keys=True)
+    await redis_client.execute_command("ACL", "SETUSER", "noswitch", *allowed)
+    restricted = aioredis.Redis.from_url(bot_settings.redis_url, username="noswitch")
+    unreadable, readable = _Heard("kill switch unreadable"), _Heard("kill switch readable again")
+    for heard in (unreadable, readable):
+        worker_log.addHandler(heard)
+    try:
+        fake_llm.script(fp.TextReply("Checked once the switch could be read."))
+        async with open_bot(bot_settings, restricted) as bot:
+            worker = await bot.start_worker()
+            thread = sg.slack_ts()
+            await bot.post(sg.slack_app_mention(ts=thread))
+            async with asyncio.timeout(30):  # the worker says so at its first read
+                await unreadable.heard.wait()
+            (group,) = await redis_client.xinfo_groups(BotKeys().turns_stream)
+            assert (group["pending"], group["lag"]) == (0, 1)  # written, and read by nobody
+            assert fake_llm.requests == []
+            await redis_client.execute_command("ACL", "SETUSER", "noswitch", "allkeys")
+            async with asyncio.timeout(30):
+                await worker.wait_finished(1)
+                await readable.heard.wait()
+        assert "Checked once the switch could be read." in card_text(final_card(slack_api, thread))
+    finally:
+        for heard in (unreadable, readable):
+            worker_log.removeHandler(heard)
+        await restricted.aclose()
+        await redis_client.acl_deluser("noswitch")

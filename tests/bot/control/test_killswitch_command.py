@@ -224,3 +224,14 @@ async def test_a_command_that_failed_midway_is_carried_out_when_slack_retries(
     assert (await KillSwitch(redis_client).state()).on
     again = await admin_bot.http.post("/slack/events", content=body, headers=headers)
     assert again.json() == {"ok": True}  # carried out once: now it is a duplicate
+
+
+@pytest.mark.parametrize("record", [b"not json", b"[1, 2]", b'"on"', b'{"by": "alice"}'])
+async def test_a_switch_record_that_does_not_parse_still_means_on(redis_client, record) -> None:
+    """Only `engage` writes the key; whatever else is found there keeps the brakes on."""
+    from bot.keys import BotKeys
+
+    keys = BotKeys()
+    await redis_client.set(keys.killswitch, record)
+    state = await KillSwitch(redis_client, keys).state()
+    assert state.on and state.by == "an unreadable record"

@@ -14,7 +14,8 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,6 +32,7 @@ from bot.keys import BotKeys
 from bot.settings import Settings
 from tests.conftest import free_port
 from tests.fakes import signing as sg
+from tests.loopback import spawn_redis, stop_process
 from tests.rings import rings
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -331,6 +333,42 @@ async def test_readyz_is_503_when_redis_is_unreachable(post) -> None:
     await post(*signed(sg.slack_url_verification()), redis=down)
     assert (await post.get("/readyz")).status_code == 503
     await down.aclose()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[aioredis.Redis]:
+    """A redis-server of this test's own, free to be made a replica or run out of memory."""
+    proc, port = spawn_redis(tmp_path)
+    yield aioredis.Redis(port=port)
+    stop_process(proc)
+
+
+async def test_readyz_is_503_while_redis_answers_pings_but_refuses_writes(
+    post, own_redis: aioredis.Redis
+) -> None:
+    """A replica (after a failover, the old primary) and a full Redis still answer PING."""
+    await post(*signed(sg.slack_url_verification()), redis=own_redis)
+    assert (await post.get("/readyz")).json() == {"status": "ready"}
+
+    await own_redis.replicaof("127.0.0.1", free_port())  # a primary nobody runs: read-only
+    assert await own_redis.ping()
+    answer = await post.get("/readyz")
+    assert answer.status_code == 503
+    assert answer.json()["status"] == "redis refuses writes"
+    assert "read only replica" in answer.json()["error"]
+    mention = sg.slack_app_mention()
+    assert (await post(*signed(mention))).status_code == 503  # as said: no event is taken
+    await own_redis.replicaof("NO", "ONE")
+    assert (await post.get("/readyz")).status_code == 200
+
+    await own_redis.config_set("maxmemory-policy", "noeviction")
+    await own_redis.config_set("maxmemory", "1")
+    answer = await post.get("/readyz")
+    assert answer.status_code == 503 and "maxmemory" in answer.json()["error"]
+    await own_redis.config_set("maxmemory", "0")
+    assert (await post.get("/readyz")).status_code == 200
+    assert await own_redis.pttl(KEYS.ready_probe) > 0  # the probe expires on its own
+    await own_redis.aclose()
 
 
 async def test_a_stop_cancels_a_request_sent_before_it_that_arrives_after_it(
