@@ -11,7 +11,9 @@ Printed per level: analyses failed (settled other than completed or stopped), to
 answered "timed out" or "could not get a connection", the most Redis connections the worker held
 (sampled from the server's CLIENT LIST while all N were live), stop-to-settled p99 (from the
 Stop press's 200 until the analysis's settle record is read), the worker's CPU per analysis
-(utime + stime from /proc; goal 10 ms) and the level's wall time. The figures are ratios to
+(utime + stime from /proc; goal 10 ms), the level's wall time, and the worker's resident memory
+with all N live (VmRSS, sampled once every call is held) against before the level, per live
+analysis. The figures are ratios to
 what this run measured itself: each level's wall time to the smallest level's, and to the hold
 (the floor one analysis cannot beat). Exit status 1 when an analysis failed, a call timed out
 or found no connection, or the worker held more than `CHATOPS_REDIS_MAX_CONNECTIONS`.
@@ -79,6 +81,15 @@ class Level:
     stop_p99_s: float
     cpu_ms_per_analysis: float
     wall_s: float
+    rss_idle: int
+    """The worker's resident memory before the level started."""
+    rss_live: int
+    """... and with all its analyses live."""
+
+    @property
+    def kib_per_live_analysis(self) -> float:
+        """What one live analysis adds to the worker's resident memory."""
+        return max(0, self.rss_live - self.rss_idle) / 1024 / self.analyses
 
 
 def responder(url: str) -> fp.Responder:
@@ -99,6 +110,14 @@ def cpu_s(pid: int) -> float:
     """User plus system CPU seconds the process has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident memory now (VmRSS of /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise FigureError(f"no VmRSS for pid {pid}")
 
 
 async def worker_connections(redis: aioredis.Redis) -> int:
@@ -132,11 +151,13 @@ async def run_level(
             settled[record.session_id] = (record.reason, time.monotonic())
 
     hits_before = len(service.hits)
+    rss_before = rss_bytes(pid)
     cpu_before, started = cpu_s(pid), time.monotonic()
     reader = asyncio.get_running_loop().create_task(read_settles())
     await asyncio.gather(*(mention(t) for t in threads))
     # Stops are pressed once every call is held (or the first ones may already be answered).
     await all_held(service, hits_before + n)
+    rss_live = rss_bytes(pid)  # every analysis live, its call held
     pressed = await press_stops(deployment, slack, sorted(stopped), deadline_s=hold_s * 0.8 + 30)
     connections = await worker_connections(deployment.redis)
     try:
@@ -176,6 +197,8 @@ async def run_level(
         stop_p99_s=percentile(stop_times, 0.99),
         cpu_ms_per_analysis=1000 * cpu / n,
         wall_s=wall,
+        rss_idle=rss_before,
+        rss_live=rss_live,
     )
 
 
@@ -301,7 +324,9 @@ def _bench(levels: list[int], hold_s: float) -> int:
             f"worker Redis connections {level.connections} "
             f"(bound {MAX_CONNECTIONS}), stop-to-settled p99 {level.stop_p99_s * 1000:.0f} ms, "
             f"worker CPU {level.cpu_ms_per_analysis:.1f} ms/analysis (goal {CPU_GOAL_MS:g}), "
-            f"wall {level.wall_s:.2f} s (hold {hold_s:g} s)"
+            f"wall {level.wall_s:.2f} s (hold {hold_s:g} s), "
+            f"worker memory {level.rss_live / 2**20:.0f} MiB with all live "
+            f"({level.kib_per_live_analysis:.0f} KiB per live analysis)"
         )
         if level.failed or level.timed_out or level.no_connection:
             bad.append(f"N={level.analyses}: {level}")
@@ -316,6 +341,9 @@ def _bench(levels: list[int], hold_s: float) -> int:
         ),
         f"redis_connections_{top.analyses}_vs_bound": ratio(
             top.connections, MAX_CONNECTIONS, name="connections ÷ bound"
+        ),
+        f"worker_memory_{top.analyses}_live_vs_idle": ratio(
+            top.rss_live, top.rss_idle, name="memory live ÷ idle"
         ),
     }
     print_ratios(figures)
