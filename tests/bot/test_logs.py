@@ -169,8 +169,7 @@ async def test_every_process_line_is_json_with_ids_and_no_secret(
     ran = [ln for ln in logs["worker"] if ln["message"].startswith(f"turn {turn} ran: completed")]
     assert [(ln["session"], ln["turn"], ln["event"]) for ln in ran] == [(session, turn, event)]
     model_calls = [ln for ln in logs["worker"] if fake_llm.base_url in ln["message"]]
-    assert len(model_calls) == 2, "httpx logs each model request at INFO"
-    assert {(ln.get("session"), ln.get("turn")) for ln in model_calls} == {(session, turn)}
+    assert model_calls == [], "httpx's line for each model request is for DEBUG only"
 
     body, _ = sg.slack_request(mention, secret=SECRET)
     secrets = {
