@@ -11,7 +11,7 @@ Every text field is whole Unicode: JSON may escape half of a surrogate pair alon
 decodes that to a string no UTF-8 writer accepts (the history store, the model request, a card
 would each fail on it). A model's stream, an MCP result or a Prometheus label written by a
 stranger can carry one, so a lone surrogate becomes U+FFFD when a message is built; a proper
-pair is one character by then and is kept.
+pair (one character, or its two halves side by side) is kept.
 """
 
 from __future__ import annotations
@@ -43,10 +43,14 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def whole_text(text: str) -> str:
-    """`text` with each lone surrogate replaced by U+FFFD (module docstring)."""
+    """`text` with each lone surrogate replaced by U+FFFD (module docstring).
+
+    Two halves that make a pair (each escaped in its own stream chunk, say) become the one
+    character they stand for.
+    """
     if text.isascii() or _LONE_SURROGATE.search(text) is None:
         return text
-    return _LONE_SURROGATE.sub("\ufffd", text)
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 Text = Annotated[str, AfterValidator(whole_text)]

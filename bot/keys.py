@@ -59,10 +59,10 @@ class BotKeys:
     def ready_probe(self) -> str:
         """What `/readyz` writes to learn that events can be written.
 
-        In the turns stream's hash slot (its hash tag is that key's name), so on the node that
-        takes the events.
+        Under the prefix (an ACL scoped to it allows it), and in the turns stream's hash slot
+        (its hash tag, the first `{…}`, is that key's name), so on the node that takes events.
         """
-        return f"{{{self.turns_stream}}}:ready"
+        return f"{self.prefix}:{{{self.turns_stream}}}:ready"
 
     @property
     def dead_letters(self) -> str:

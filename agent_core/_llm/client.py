@@ -253,7 +253,11 @@ class OpenAIChatModel:
         body = request.body(stream=True, stream_options={"include_usage": True})
         with map_openai_errors():
             http = await self._client.post(
-                "/chat/completions", cast_to=httpx2.Response, content=body, stream=True
+                "/chat/completions",
+                cast_to=httpx2.Response,
+                content=body,
+                options=_CHAT_OPTIONS,
+                stream=True,
             )
             try:
                 lines = body_lines(http.aiter_bytes())
@@ -267,7 +271,10 @@ class OpenAIChatModel:
 
         with map_openai_errors():
             completion = await self._client.post(
-                "/chat/completions", cast_to=ChatCompletion, content=request.body(stream=False)
+                "/chat/completions",
+                cast_to=ChatCompletion,
+                content=request.body(stream=False),
+                options=_CHAT_OPTIONS,
             )
         if not completion.choices:
             raise ModelUnavailable("the response has no choices")
@@ -318,6 +325,10 @@ class _Request:
         """The JSON body, with `more` fields (`stream`, ...): see `convert.request_body`."""
         return request_body({**self.fields, **more}, self.messages, self.toolset)
 
+
+_CHAT_OPTIONS: Any = {"security": {"bearer_auth": True}}
+"""What the SDK's own `chat.completions.create` asks for: the API key as a bearer token only
+(`post`'s default would also offer an admin key taken from the environment)."""
 
 _NO_USAGE = Usage(estimated=True)
 """A placeholder for a response without usage: `_counted` replaces it with the estimate."""

@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agent_core import StoreError
 from bot.control.killswitch import KillSwitch
@@ -49,7 +50,7 @@ async def readyz(request: Request) -> Response:
     try:
         async with asyncio.timeout(1.0):
             await ingress.redis.set(ingress.queue.keys.ready_probe, "1", px=READY_PROBE_TTL_MS)
-    except (TimeoutError, ConnectionError, RedisConnectionError):
+    except (TimeoutError, ConnectionError, RedisConnectionError, RedisTimeoutError):
         return JSONResponse({"status": "redis unreachable"}, status_code=503)
     except RedisError as exc:  # READONLY, OOM, MISCONF, MOVED, NOPERM, ...
         refusal = str(exc).split("\n", 1)[0][:200]

@@ -128,7 +128,7 @@ class CardPublisher:
             pause = self._last_sent + self._options.min_interval_s - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
-            await self._flush()
+            await self._flush(protected=True)
             if self._desired is not None:
                 await self._refresh_status(self._desired)
 
@@ -161,11 +161,13 @@ class CardPublisher:
         except AgentError as exc:
             log.warning("final card left to the reaper's stale-delivery check: %s", exc)
 
-    async def _flush(self) -> bool:
+    async def _flush(self, *, protected: bool = False) -> bool:
         """Send the latest state, retrying throttles and outages. True when it was shown.
 
         Each state is claimed in the card record once (the fence), then delivered until the
-        platform takes it, is refused for good, or a newer live state replaces it.
+        platform takes it, is refused for good, or a newer live state replaces it. `protected`
+        (the flusher's own sends): a send under way is not cut by a cancellation
+        (`_send_whole`); `finish` keeps its own deadline instead.
         """
         while True:
             checkpoint()
@@ -179,7 +181,7 @@ class CardPublisher:
                         log.info("card update for %s refused by the fence", card.turn_id)
                         return False
                     self._claimed = card
-                await self._send_whole(card)
+                await (self._send_whole(card) if protected else self._send(card))
                 return True
             except PlatformRateLimited as exc:
                 await asyncio.sleep(exc.retry_after_s)
@@ -205,11 +207,12 @@ class CardPublisher:
         try:
             await asyncio.shield(sending)
         except asyncio.CancelledError:
-            done, _ = await asyncio.wait({sending}, timeout=self._options.final_timeout_s)
-            if not done:
-                sending.cancel()
-                await asyncio.wait({sending})
-            if not sending.cancelled():
+            try:
+                await asyncio.wait({sending}, timeout=self._options.final_timeout_s)
+            finally:  # past the grace, or cancelled again: the send goes too
+                if not sending.done():
+                    sending.cancel()
+            if sending.done() and not sending.cancelled():
                 sending.exception()  # seen here; the cancellation is what goes on
             raise
 

@@ -72,6 +72,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+WRITE_TIMEOUT_S = 5.0
+"""A group's write gives up after this long (counted and logged as failures): a cancelled
+caller waits for the write it joined, and neither may hang on a stalled Redis."""
 DEFAULT_MAXLEN = 10_000
 """Entries kept per session (approximately: Redis trims whole macro nodes)."""
 DEFAULT_RETENTION_S = 30 * 24 * 3600
@@ -159,13 +162,16 @@ class AuditLog:
         if not batch:
             return
         self._pending.extend(batch)
-        if self._writing is None:
+        if self._writing is None or self._writing.done():  # done: cancelled before it ran
             self._writing = asyncio.get_running_loop().create_task(self._write_pending())
         writing = self._writing
         try:
             await asyncio.shield(writing)
         except asyncio.CancelledError:
-            await asyncio.wait({writing})  # ours to see finished: no write left running
+            task = asyncio.current_task()
+            if task is None or not task.cancelling():
+                return  # the write was cancelled, not this caller (it counted the loss)
+            await asyncio.wait({writing})  # bounded (`WRITE_TIMEOUT_S`): none left running
             raise
 
     async def _write_pending(self) -> None:
@@ -173,22 +179,32 @@ class AuditLog:
         batch, self._pending = self._pending, []
         self._writing = None  # later callers start the next group
         try:
-            with map_redis_errors("audit"):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for event in batch:
-                        key = self._keys.audit(event.session)
-                        pipe.xadd(
-                            key,
-                            {"event": event.model_dump_json()},
-                            maxlen=self._maxlen,
-                            approximate=True,
-                        )
-                    for key in {self._keys.audit(e.session) for e in batch}:
-                        pipe.expire(key, self._retention_s)
-                    await pipe.execute()
-        except (StoreError, OSError) as exc:
+            async with asyncio.timeout(WRITE_TIMEOUT_S):
+                await self._write(batch)
+        except (StoreError, OSError, TimeoutError) as exc:
             self.failures += len(batch)
             log.warning("audit: %d event(s) of %s not recorded: %s", len(batch), batch[0].kind, exc)
+        except asyncio.CancelledError:
+            self.failures += len(batch)
+            log.warning(
+                "audit: %d event(s) of %s not recorded: cancelled", len(batch), batch[0].kind
+            )
+            raise
+
+    async def _write(self, batch: list[AuditEvent]) -> None:
+        with map_redis_errors("audit"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for event in batch:
+                    key = self._keys.audit(event.session)
+                    pipe.xadd(
+                        key,
+                        {"event": event.model_dump_json()},
+                        maxlen=self._maxlen,
+                        approximate=True,
+                    )
+                for key in {self._keys.audit(e.session) for e in batch}:
+                    pipe.expire(key, self._retention_s)
+                await pipe.execute()
 
     async def read(self, session_id: str, turn_id: str | None = None) -> list[AuditEvent]:
         """The session's events in order; `turn_id`: only that analysis's.

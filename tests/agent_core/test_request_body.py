@@ -133,3 +133,5 @@ def test_a_message_holds_no_lone_surrogate_and_keeps_a_whole_pair() -> None:
     call = ToolCall(id=f"c{LONE}", name="q", arguments=f'{{"q": "{LONE}"}}')
     assert (call.id, call.arguments) == ("c\ufffd", '{"q": "\ufffd"}')
     message.model_dump_json()  # writable: no UnicodeEncodeError
+    halves = AssistantMessage(content="hot \ud83d\udd25 now")  # a pair split over two chunks
+    assert halves.content == "hot \U0001f525 now"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 
 from bot.keys import BotKeys
@@ -99,3 +100,41 @@ async def test_a_caller_cancelled_during_the_write_returns_after_it_and_its_even
     assert [e.data["n"] for e in await audit.read("s1")] == [1]  # written all the same
     assert [e.data["n"] for e in await audit.read("s2")] == [2]
     assert counting.pipelines == 1
+
+
+async def test_a_write_cancelled_before_it_ran_cancels_no_caller_and_loses_nothing(
+    redis_client: aioredis.Redis,
+) -> None:
+    """A group write cancelled before it ran (a loop shutting down) cancels none of its callers.
+
+    The next record starts a write that takes their events too.
+    """
+    audit = AuditLog(redis_client, KEYS)
+    caller = asyncio.create_task(audit.record(event("s1", 1)))
+    await asyncio.sleep(0)  # the caller has joined the group's write, which has not run yet
+    writing = audit._writing
+    assert writing is not None and not writing.done()
+    writing.cancel()
+    await caller  # returns: nothing cancelled it
+    await audit.record(event("s1", 2))
+    assert [e.data["n"] for e in await audit.read("s1")] == [1, 2]
+    assert audit.failures == 0
+
+
+async def test_a_write_to_a_stalled_redis_gives_up_and_so_does_a_cancelled_caller(
+    redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write is bounded (`WRITE_TIMEOUT_S`): its callers return, the loss is counted."""
+    from bot.state import audit as audit_module
+
+    monkeypatch.setattr(audit_module, "WRITE_TIMEOUT_S", 0.2)
+    counting = CountingRedis(redis_client)
+    counting.hold = asyncio.Event()  # never set: Redis stalls for good
+    audit = AuditLog(counting, KEYS)  # type: ignore[arg-type]
+    waiting = asyncio.create_task(audit.record(event("s1", 1)))
+    cancelled = asyncio.create_task(audit.record(event("s2", 2)))
+    await counting.entered.wait()
+    cancelled.cancel()
+    await asyncio.gather(waiting, cancelled, return_exceptions=True)
+    assert waiting.exception() is None and cancelled.cancelled()
+    assert audit.failures == 2
