@@ -56,7 +56,7 @@ class BellHub:
 
     def __init__(self, redis: aioredis.Redis, prefix: str) -> None:
         self._redis = redis
-        self._pattern = f"{_glob_escaped(prefix)}:{{*"
+        self._pattern = f"{{{_glob_escaped(prefix)}}}:*"
         self._waiters: dict[str, set[Callable[[str], None]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()

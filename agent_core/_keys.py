@@ -1,9 +1,10 @@
 """Every Redis key the runtime reads or writes, in one place.
 
 Keys are namespaced by a prefix (default `chatops`) so several deployments can share a Redis,
-and every key of a session carries the session id as a hash tag (`{...}`), so a session's keys
-(history, steers, bell, and its turns' tombstones, journals and markers) live in one Redis
-Cluster slot and the scripts and transactions that touch several of them stay valid there.
+and every key begins with the prefix as a hash tag (`{chatops}:`): a deployment's keys all live
+in one Redis Cluster slot, so every script and transaction, which writes a session's keys and
+the deployment's streams and indexes together, stays valid in a cluster (docs/design.md §Redis
+keys and streams says why one slot, not one per session).
 """
 
 from __future__ import annotations
@@ -43,9 +44,14 @@ class Keys:
 
     prefix: str = "chatops"
 
+    @property
+    def root(self) -> str:
+        """What every key begins with: the prefix as a hash tag, `{chatops}`."""
+        return f"{{{self.prefix}}}"
+
     def session_prefix(self, session_id: str) -> str:
-        """The hash-tagged prefix of every key of a session."""
-        return f"{self.prefix}:{{{session_id}}}"
+        """The prefix of every key of a session: `{chatops}:<session id>`."""
+        return f"{self.root}:{session_id}"
 
     def key(self, session_id: str, name: SessionKey | str, turn_id: str = "") -> str:
         """The session's key `name` (a `SessionKey`, or a `bot.keys.BotSessionKey`)."""
@@ -109,4 +115,4 @@ class Keys:
     @property
     def approvals_due(self) -> str:
         """Sorted set of sessions with pending approvals, scored by the earliest expiry."""
-        return f"{self.prefix}:approvals:due"
+        return f"{self.root}:approvals:due"

@@ -9,9 +9,8 @@ and `register_lua(redis, package, name, **values)` registers it (redis-py's `EVA
 - Directives are comment lines of the form `--! name: value` at the top of the file.
   `--! uses: fence` prepends the shared prelude `agent_core/_lua/fence.lua` (the lease fence,
   defined once for every script). `--! keys:` names the key builders whose keys the script is
-  called with, in KEYS order, and `--! cross-slot:` says why those keys may span hash slots;
-  the loader does not read those two, the scripts' test does (one slot per script unless
-  marked).
+  called with, in KEYS order; the loader does not read it, the scripts' test does (every key
+  of a script in one hash slot, as a Redis Cluster requires).
 - `@NAME@` placeholders are replaced by the `values` given, which the caller takes from their
   single definition (key suffixes from `agent_core._keys`/`bot.keys`, TTL constants). A value
   left unused, or a placeholder left unfilled, is an error, so a script and its caller cannot

@@ -1,7 +1,8 @@
 """Every Redis key and stream name `bot` uses, in one place.
 
-Session-scoped keys come from `agent_core._keys.Keys` (hash-tagged by session id, so a session's
-keys share a Redis Cluster slot); this module adds the ingress and queue names around them.
+Session-scoped keys come from `agent_core._keys.Keys`; this module adds the ingress and queue
+names around them. Every key begins with the prefix as a hash tag (`{chatops}:`), so all of them
+share one Redis Cluster slot (`agent_core._keys`).
 """
 
 from __future__ import annotations
@@ -51,23 +52,28 @@ class BotKeys:
     session: Keys = field(default_factory=Keys)
 
     @property
+    def root(self) -> str:
+        """What every key begins with: the prefix as a hash tag, `{chatops}` (`Keys.root`)."""
+        return f"{{{self.prefix}}}"
+
+    @property
     def turns_stream(self) -> str:
         """Stream of turns to run; workers read it through a consumer group."""
-        return f"{self.prefix}:turns"
+        return f"{self.root}:turns"
 
     @property
     def ready_probe(self) -> str:
         """What `/readyz` writes to learn that events can be written.
 
-        Under the prefix (an ACL scoped to it allows it), and in the turns stream's hash slot
-        (its hash tag, the first `{…}`, is that key's name), so on the node that takes events.
+        Under the prefix (an ACL scoped to it allows it), so in the one hash slot of every key,
+        on the node that takes events.
         """
-        return f"{self.prefix}:{{{self.turns_stream}}}:ready"
+        return f"{self.root}:ready"
 
     @property
     def dead_letters(self) -> str:
         """Stream of turn jobs set aside after killing their workers too often."""
-        return f"{self.prefix}:turns:dead"
+        return f"{self.root}:turns:dead"
 
     @property
     def turns_group(self) -> str:
@@ -76,15 +82,15 @@ class BotKeys:
 
     def seen_event(self, platform: str, event_id: str) -> str:
         """Dedupe marker of one platform event id (kept 24 h: Feishu redelivers for ~7 h)."""
-        return f"{self.prefix}:seen:{platform}:{event_id}"
+        return f"{self.root}:seen:{platform}:{event_id}"
 
     def seen_message(self, platform: str, channel: str, message_id: str) -> str:
         """Dedupe marker of one message (Slack sends `app_mention` and `message` for it)."""
-        return f"{self.prefix}:seen-msg:{platform}:{channel}:{message_id}"
+        return f"{self.root}:seen-msg:{platform}:{channel}:{message_id}"
 
     def seen_nonce(self, nonce: str) -> str:
         """Replay marker of one Feishu request nonce (kept as long as the time window)."""
-        return f"{self.prefix}:nonce:{nonce}"
+        return f"{self.root}:nonce:{nonce}"
 
     def open_turns(self, session_id: str) -> str:
         """Set of the session's turns that are queued or running (not settled)."""
@@ -115,22 +121,22 @@ class BotKeys:
     @property
     def killswitch(self) -> str:
         """Set while the kill switch is on: who turned it on, and when (JSON)."""
-        return f"{self.prefix}:killswitch"
+        return f"{self.root}:killswitch"
 
     @property
     def leases(self) -> str:
         """Sorted set of sessions with a lease, scored by expiry (ms): the reaper's index."""
-        return f"{self.prefix}:leases"
+        return f"{self.root}:leases"
 
     @property
     def undelivered_cards(self) -> str:
         """Set of sessions whose final card state is recorded but not yet shown."""
-        return f"{self.prefix}:cards:undelivered"
+        return f"{self.root}:cards:undelivered"
 
     @property
     def lease_starts(self) -> str:
         """Sorted set of sessions with a live analysis, scored by when it was taken (ms)."""
-        return f"{self.prefix}:lease-starts"
+        return f"{self.root}:lease-starts"
 
     def card(self, session_id: str) -> str:
         """Hash of the session's progress card: where it is, its latest state, who may write."""
@@ -146,7 +152,7 @@ class BotKeys:
 
     def book(self, name: str) -> str:
         """A book (stream): `settles`, `automation`, `no-final-reply`, `remedies`."""
-        return f"{self.prefix}:book:{name}"
+        return f"{self.root}:book:{name}"
 
     def audit(self, session_id: str) -> str:
         """Stream of the session's audit trail, one JSON `bot.state.audit.AuditEvent` per entry."""
@@ -154,30 +160,29 @@ class BotKeys:
 
     def run(self, turn_id: str) -> str:
         """The session of the analysis `turn_id` starts (`bot.state.runs`: the replay index)."""
-        return f"{self.prefix}:run:{turn_id}"
+        return f"{self.root}:run:{turn_id}"
 
     # The memory of past analyses (`bot.state.memory`) is global, not per session: the next
     # firing of an alert opens another thread (another session), and what was found must
-    # outlive the thread's own keys. Its keys share one hash tag, `{memory}`, so a booking's
-    # transaction stays in one Redis Cluster slot.
+    # outlive the thread's own keys.
 
     @property
     def memory_index(self) -> str:
         """Sorted set of the booked analyses' turn ids, scored by when each was booked (s)."""
-        return f"{self.prefix}:{{memory}}:index"
+        return f"{self.root}:memory:index"
 
     def memory_alert(self, alert_name: str) -> str:
         """Sorted set of one alert's booked analyses by time; the name hashed (any text)."""
         digest = hashlib.sha256(alert_name.encode()).hexdigest()[:32]
-        return f"{self.prefix}:{{memory}}:alert:{digest}"
+        return f"{self.root}:memory:alert:{digest}"
 
     def memory_record(self, turn_id: str) -> str:
         """One booked analysis (JSON `PastAnalysis`), expiring at the end of its window."""
-        return f"{self.prefix}:{{memory}}:analysis:{turn_id}"
+        return f"{self.root}:memory:analysis:{turn_id}"
 
     def memory_wrong(self, turn_id: str) -> str:
         """Who marked a booked analysis's answer wrong, and when (the first mark, kept)."""
-        return f"{self.prefix}:{{memory}}:wrong:{turn_id}"
+        return f"{self.root}:memory:wrong:{turn_id}"
 
     def stopped_at(self, session_id: str) -> str:
         """Platform time of the session's latest stop: requests sent before it never start."""
@@ -229,16 +234,16 @@ class BotKeys:
     @property
     def parents(self) -> str:
         """Set of sessions that dispatched sub-agents (the kill switch stops their trees)."""
-        return f"{self.prefix}:parents"
+        return f"{self.root}:parents"
 
     @property
     def console_cards(self) -> str:
         """Stream of the console platform's card posts and updates (`chatops console` reads it)."""
-        return f"{self.prefix}:console:cards"
+        return f"{self.root}:console:cards"
 
     def console_message(self, message_id: str) -> str:
         """A console card's message: present while the card may be updated."""
-        return f"{self.prefix}:console:message:{message_id}"
+        return f"{self.root}:console:message:{message_id}"
 
     @property
     def alerts_stream(self) -> str:
@@ -246,12 +251,12 @@ class BotKeys:
 
         The workers' alert dispatchers read it through a consumer group.
         """
-        return f"{self.prefix}:alerts"
+        return f"{self.root}:alerts"
 
     @property
     def alerts_dead(self) -> str:
         """Stream of alert notifications set aside after failing too often."""
-        return f"{self.prefix}:alerts:dead"
+        return f"{self.root}:alerts:dead"
 
     @property
     def alerts_group(self) -> str:
@@ -260,27 +265,24 @@ class BotKeys:
 
     def seen_alert(self, digest: str) -> str:
         """Dedupe marker of one notification's content (a sender's retry, a repeat)."""
-        return f"{self.prefix}:seen-alert:{digest}"
+        return f"{self.root}:seen-alert:{digest}"
 
     def incident(self, incident: str) -> str:
-        """One incident's record (JSON `bot.state.incidents.IncidentRecord`).
-
-        Hash-tagged with the keys below, so what one incident needs lives in one slot.
-        """
-        return f"{self.prefix}:incident:{{{incident}}}"
+        """One incident's record (JSON `bot.state.incidents.IncidentRecord`)."""
+        return f"{self.root}:incident:{incident}"
 
     def incident_seen(self, incident: str) -> str:
         """Set of the incident's alerts already taken in (`fingerprint|startsAt|status`)."""
-        return f"{self.prefix}:incident:{{{incident}}}:seen"
+        return f"{self.root}:incident:{incident}:seen"
 
     def incident_lock(self, incident: str) -> str:
         """Held by the dispatcher taking in one of the incident's notifications."""
-        return f"{self.prefix}:incident:{{{incident}}}:lock"
+        return f"{self.root}:incident:{incident}:lock"
 
     def alert_route_opened(self, route: str) -> str:
         """Sorted set of the incidents a route opened, scored by when (its hourly limit)."""
-        return f"{self.prefix}:alert-route:{{{route}}}:opened"
+        return f"{self.root}:alert-route:{route}:opened"
 
     def alert_route_held_notice(self, route: str) -> str:
         """Set while a route's hold-back notice of the hour has been posted."""
-        return f"{self.prefix}:alert-route:{{{route}}}:held-notice"
+        return f"{self.root}:alert-route:{route}:held-notice"

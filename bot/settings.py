@@ -23,6 +23,9 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(default=None, validation_alias="REDIS_URL")
     """Unset: an embedded Redis is started for local use."""
+    redis_cluster: bool = Field(default=False, validation_alias="CHATOPS_REDIS_CLUSTER")
+    """`REDIS_URL` names a node of a Redis Cluster: the processes use a cluster client
+    (`bot.process.redis_pool`). Every key is in one slot (`bot.keys`), so any cluster works."""
     redis_max_connections: int = Field(
         default=64, ge=4, le=10_000, validation_alias="CHATOPS_REDIS_MAX_CONNECTIONS"
     )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from bot.cli.operator import redis_url_of, terminal
+from bot.cli.operator import RedisTarget, redis_of, terminal
 
 if TYPE_CHECKING:
     from bot.state.audit import AuditEvent
@@ -96,9 +96,9 @@ def _audit_of(command: str, session: str, turn: str | None) -> list[AuditEvent]:
 
     from agent_core import StoreError
 
-    redis_url = redis_url_of(command)
+    target = redis_of(command)
     try:
-        events = asyncio.run(_read_audit(redis_url, session, turn))
+        events = asyncio.run(_read_audit(target, session, turn))
     except StoreError as exc:
         typer.echo(f"chatops {command}: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -109,14 +109,12 @@ def _audit_of(command: str, session: str, turn: str | None) -> list[AuditEvent]:
     return events
 
 
-async def _read_audit(redis_url: str, session: str, turn: str | None) -> list[AuditEvent]:
+async def _read_audit(target: RedisTarget, session: str, turn: str | None) -> list[AuditEvent]:
     """Read the events, taking `session` for a turn id when no session has it."""
-    import redis.asyncio as aioredis
-
     from bot.state.audit import read_audit
     from bot.state.runs import RunIndex
 
-    client = aioredis.Redis.from_url(redis_url)
+    client = target.client()
     try:
         events = await read_audit(client, session, turn)
         if not events and turn is None:  # a turn id instead: the analysis it started

@@ -1,22 +1,24 @@
 """An operator's commands on a running deployment: `version`, `killswitch`, `status`.
 
-Contract: each reads `REDIS_URL` from `Settings` (exit status 2 when it is unset or Redis cannot
-be read), opens one Redis client for the command and closes it before printing. Unknown actions
-are refused with status 2 before Redis is touched.
+Contract: each reads `REDIS_URL` and `CHATOPS_REDIS_CLUSTER` from `Settings` (exit status 2
+when the URL is unset or Redis cannot be read), opens one Redis client for the command and
+closes it before printing. Unknown actions are refused with status 2 before Redis is touched.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
     from rich.console import Console
 
     from bot.ops.status import SessionStatus
 
-__all__ = ["killswitch", "redis_url_of", "status", "terminal", "version"]
+__all__ = ["RedisTarget", "killswitch", "redis_of", "status", "terminal", "version"]
 
 
 def version() -> None:
@@ -26,15 +28,29 @@ def version() -> None:
     typer.echo(installed("chatops"))
 
 
-def redis_url_of(command: str) -> str:
-    """`REDIS_URL` from the settings; exits with status 2, saying so, when it is not set."""
+@dataclass(frozen=True, slots=True)
+class RedisTarget:
+    """The Redis the settings name: `REDIS_URL`, and whether it is a cluster's node."""
+
+    url: str
+    cluster: bool
+
+    def client(self) -> aioredis.Redis:
+        """A client of it (the caller closes it)."""
+        from bot.process.redis_pool import pooled_redis
+
+        return pooled_redis(self.url, cluster=self.cluster)
+
+
+def redis_of(command: str) -> RedisTarget:
+    """The Redis of the settings; exits with status 2, saying so, when `REDIS_URL` is not set."""
     from bot.settings import Settings
 
-    redis_url = Settings().redis_url
-    if not redis_url:
+    settings = Settings()
+    if not settings.redis_url:
         typer.echo(f"chatops {command}: REDIS_URL is not set", err=True)
         raise typer.Exit(2)
-    return redis_url
+    return RedisTarget(settings.redis_url, settings.redis_cluster)
 
 
 def terminal() -> Console:
@@ -67,20 +83,18 @@ def killswitch(
             f"chatops killswitch: unknown action {action!r}: use on, off or status", err=True
         )
         raise typer.Exit(2)
-    redis_url = redis_url_of("killswitch")
-    typer.echo(asyncio.run(_switch(redis_url, action, by)))
+    target = redis_of("killswitch")
+    typer.echo(asyncio.run(_switch(target, action, by)))
 
 
-async def _switch(redis_url: str, action: str, by: str) -> str:
+async def _switch(target: RedisTarget, action: str, by: str) -> str:
     """Take `action` (on, off, status) on the kill switch; the line that says what happened."""
     import getpass
     from datetime import UTC, datetime
 
-    import redis.asyncio as aioredis
-
     from bot.control.killswitch import KillSwitch
 
-    client = aioredis.Redis.from_url(redis_url)
+    client = target.client()
     try:
         switch = KillSwitch(client)
         if action == "on":
@@ -109,7 +123,7 @@ def status(
     The session's card status and title, then one line per sub-agent (id, state, task, and the
     first line of its report or its pending question), each with its own sub-agents indented
     below it. The session id (slack-…, feishu-…, console-…) is in the `session` field of every
-    entry of the settles book, in the card record's Redis key chatops:{SESSION}:card, and in
+    entry of the settles book, in the card record's Redis key {chatops}:SESSION:card, and in
     the reaper's log lines. Needs REDIS_URL. Exit status 1 when Redis knows no such session.
     """
     import asyncio
@@ -118,9 +132,9 @@ def status(
     from agent_core import StoreError
     from bot.ops.status import render_tree, status_json
 
-    redis_url = redis_url_of("status")
+    target = redis_of("status")
     try:
-        tree = asyncio.run(_read_status(redis_url, session))
+        tree = asyncio.run(_read_status(target, session))
     except StoreError as exc:
         typer.echo(f"chatops status: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -133,13 +147,11 @@ def status(
     terminal().print(render_tree(tree))
 
 
-async def _read_status(redis_url: str, session: str) -> SessionStatus | None:
+async def _read_status(target: RedisTarget, session: str) -> SessionStatus | None:
     """The session's tree as Redis has it, or `None` when Redis knows no such session."""
-    import redis.asyncio as aioredis
-
     from bot.ops.status import read_status
 
-    client = aioredis.Redis.from_url(redis_url)
+    client = target.client()
     try:
         return await read_status(client, session)
     finally:

@@ -148,6 +148,7 @@ def _redis_from(settings: Settings) -> aioredis.Redis:
         settings.redis_url,
         max_connections=settings.redis_max_connections,
         wait_s=min(settings.redis_pool_timeout_s, ACK_BUDGET_S),
+        cluster=settings.redis_cluster,
     )
 
 

@@ -104,7 +104,11 @@ class Ingress:
 
 
 def ingress_redis(
-    url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS, wait_s: float = ACK_BUDGET_S
+    url: str,
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    wait_s: float = ACK_BUDGET_S,
+    cluster: bool = False,
 ) -> aioredis.Redis:
     """The ingress's Redis client (bench/ingress.py builds the same).
 
@@ -122,6 +126,7 @@ def ingress_redis(
         url,
         max_connections=max_connections,
         wait_s=wait_s,
+        cluster=cluster,
         socket_timeout=None,
         socket_connect_timeout=REDIS_CALL_S,
     )

@@ -281,7 +281,7 @@ class ScheduledJobs:
         return outcome
 
     async def _fire(self, job: ScheduledJob, fire_time: datetime, run_id: str) -> str:
-        claim = f"{self._keys.prefix}:scheduled:{run_id}"
+        claim = f"{self._keys.root}:scheduled:{run_id}"
         with map_redis_errors("claim a scheduled run"):
             claimed = await self._redis.set(claim, self._holder, nx=True, ex=DEDUPE_TTL_S)
         if not claimed:

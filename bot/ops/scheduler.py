@@ -225,7 +225,7 @@ async def open_scheduler(
             platforms=platforms,
         )
         holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        lock = LeaderLock(redis, f"{keys.prefix}:scheduler:leader", holder, ttl_s=interval_s * 3)
+        lock = LeaderLock(redis, f"{keys.root}:scheduler:leader", holder, ttl_s=interval_s * 3)
         scheduled = scheduled_jobs_from(
             settings, redis=redis, keys=keys, platforms=list(platforms), holder=holder
         )

@@ -152,7 +152,11 @@ def channel_posters(
 
 
 def worker_redis(
-    url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS, wait_s: float = DEFAULT_WAIT_S
+    url: str,
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    wait_s: float = DEFAULT_WAIT_S,
+    cluster: bool = False,
 ) -> aioredis.Redis:
     """The Redis client of the worker and the scheduler: it waits a paused Redis out.
 
@@ -180,6 +184,7 @@ def worker_redis(
         url,
         max_connections=max_connections,
         wait_s=wait_s,
+        cluster=cluster,
         socket_timeout=None,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         socket_keepalive=True,
@@ -205,6 +210,7 @@ async def open_clients(
             settings.redis_url,
             max_connections=settings.redis_max_connections,
             wait_s=settings.redis_pool_timeout_s,
+            cluster=settings.redis_cluster,
         )
         stack.push_async_callback(redis.aclose)
     platforms = platforms_from(settings, redis)

@@ -4,9 +4,8 @@ Why this way: a script's syntax is checked by the only parser that matters, the 
 redis-server (`SCRIPT LOAD` compiles without running), so a typo fails here rather than on the
 first webhook. The slot check builds each script's declared keys (its `--! keys:` header) with
 the real key builders for a sample session and asks redis-py's own `key_slot`, the function a
-cluster client routes by. Scripts that reach keys of several slots today are pinned by name in
-`KNOWN_CROSS_SLOT`: a new one fails until it is looked at and listed. And the sources are read
-with `ast`, so a Lua script written back into a Python string fails too.
+cluster client routes by: every key of a deployment is in one slot, so every script is. And the
+sources are read with `ast`, so a Lua script written back into a Python string fails too.
 """
 
 from __future__ import annotations
@@ -31,28 +30,6 @@ from tests.paths import ROOT
 
 SOURCES = ("agent_core", "bot")
 
-KNOWN_CROSS_SLOT = {
-    "bot.adapters.console:cards_write",
-    "bot.control:approval_desk_decide",
-    "bot.control:subagents_dispatch",
-    "bot.control:subagents_move",
-    "bot.control:subagents_park",
-    "bot.intake:alert_intake_write",
-    "bot.intake:queue_submit",
-    "bot.publishing:card_record_abandon",
-    "bot.publishing:card_record_claim",
-    "bot.publishing:card_record_refinal",
-    "bot.state:followups_await",
-    "bot.state:followups_hand_over",
-    "bot.state:followups_stop_waiting",
-    "bot.state:lease_acquire",
-    "bot.state:lease_forget",
-    "bot.state:lease_release",
-    "bot.state:lease_renew",
-    "bot.state:settle_write",
-    "bot.worker:turn_stream_ack",
-}
-"""Scripts whose keys span slots, each saying why in its `--! cross-slot:` line."""
 
 SAMPLE_ARGS = {
     "session_id": "sample-session",
@@ -66,6 +43,7 @@ SAMPLE_ARGS = {
     "incident": "sample-incident",
     "route": "sample-route",
     "digest": "sample-digest",
+    "alert_name": "SampleAlert",
 }
 """The arguments a key builder is called with in the check, by parameter name."""
 
@@ -194,18 +172,46 @@ def _slots(package: str, name: str) -> set[int]:
     return {key_slot(_key(spec, BotKeys()).encode()) for spec in declared.split()}
 
 
-def test_each_script_keeps_to_one_slot_but_the_known_ones() -> None:
-    spanning = {_id(p, n) for p, n in _runnable() if len(_slots(p, n)) > 1}
-    marked = {_id(p, n) for p, n in _runnable() if "cross-slot" in directives(p, n)}
-    assert spanning == marked
-    assert spanning == KNOWN_CROSS_SLOT
+def test_every_script_keeps_to_one_slot() -> None:
+    """A Redis Cluster runs a script only when all its keys hash to one slot."""
+    spanning = {_id(p, n): _slots(p, n) for p, n in _runnable() if len(_slots(p, n)) > 1}
+    assert spanning == {}
+
+
+def _every_key(keys: BotKeys) -> dict[str, str]:
+    """Every name `BotKeys` and its `Keys` build, by builder, for the sample arguments."""
+    built: dict[str, str] = {}
+    for owner, label in ((keys, ""), (keys.session, "session.")):
+        for attr in dir(type(owner)):
+            if attr.startswith("_") or attr in {"prefix", "session", "root", "key"}:
+                continue
+            if attr in {"turns_group", "alerts_group"}:
+                continue  # consumer group names, not keys
+            built[label + attr] = _key(label + attr, keys)
+    return built
+
+
+def test_every_key_of_a_deployment_is_in_one_slot() -> None:
+    built = _every_key(BotKeys())
+    assert len(built) > 50
+    assert {name: key for name, key in built.items() if not key.startswith("{chatops}:")} == {}
+    assert len({key_slot(key.encode()) for key in built.values()}) == 1
+    other = _every_key(BotKeys(prefix="other", session=agent_core.Keys(prefix="other")))
+    assert len({key_slot(key.encode()) for key in other.values()}) == 1
+    assert key_slot(b"{other}") != key_slot(b"{chatops}")  # two deployments, two slots
+
+
+def test_the_slot_check_sees_a_key_without_the_tag() -> None:
+    keys = BotKeys()
+    slots = {key_slot(k.encode()) for k in (keys.turns_stream, "chatops:turns")}
+    assert len(slots) == 2
 
 
 def test_the_slot_check_tells_slots_apart() -> None:
     keys = BotKeys()
     assert key_slot(_key("live_turn", keys).encode()) == key_slot(
-        _key("session.history", keys).encode()
+        _key("session.history@parent", keys).encode()
     )
-    assert key_slot(_key("live_turn", keys).encode()) != key_slot(
+    assert key_slot(_key('"chatops:elsewhere"', keys).encode()) != key_slot(
         _key("turns_stream", keys).encode()
     )

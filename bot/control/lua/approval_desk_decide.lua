@@ -6,7 +6,6 @@
 -- may not approve (the two-person rule applies), approvals needed, first approvals' TTL.
 -- Returns {outcome, detail}: unknown, decided, refused (why), recorded, ok or expired.
 --! keys: session.approvals awaiting turns_stream session.approvals_due session.closing killswitch participants first_approvals
---! cross-slot: the turns stream, the approvals-due index and the kill switch are global
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {'unknown', ''} end
 local a = cjson.decode(raw)

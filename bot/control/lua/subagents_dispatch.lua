@@ -4,7 +4,6 @@
 -- ARGV: child id, record, job, child turn, ttl, parent session.
 -- Returns 1 dispatched, 2 dispatched before, 0 the tree was stopped.
 --! keys: children@parent turns_stream open_turns parents tree_stopped@parent
---! cross-slot: the turns stream and the parents index are global, and the child's open turns are the child session's, the registry its parent's
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 2 end
 if redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])

@@ -7,7 +7,6 @@
 -- ARGV: child id, new state, report, question, now, inbox note ('' for none).
 -- Returns {1, state now} when moved, {0, state} when not (or {0, ''}: no such child).
 --! keys: children@parent tree_stopped@parent inbox@parent awaiting@parent turns_stream
---! cross-slot: the turns stream is global, shared by every session
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {0, ''} end
 local c = cjson.decode(raw)

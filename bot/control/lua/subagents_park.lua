@@ -8,7 +8,6 @@
 -- Returns 0 fenced, 1 parked, 2 queued at once, 3 parked before.
 --! uses: fence
 --! keys: live_turn open_turns session.tombstone session.tombstone children@parent awaiting turns_stream parked session.steers inbox
---! cross-slot: the turns stream is global, and a child's wait reads its parent's registry
 if not fenced(KEYS[1], ARGV[1]) then return 0 end
 if not redis.call('SET', KEYS[8], ARGV[2], 'NX', 'EX', ARGV[3]) then return 3 end
 redis.call('SADD', KEYS[2], ARGV[2])

@@ -4,7 +4,6 @@
 -- ARGV: the marker's ttl (s), the stream's approximate length cap, the entry's JSON.
 -- Returns 1 when written, 0 for a duplicate.
 --! keys: seen_alert alerts_stream
---! cross-slot: the dedupe marker and the alerts stream are global keys
 if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) == false then return 0 end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'entry', ARGV[3])
 return 1

@@ -5,8 +5,8 @@
 -- Returns {status, route, result, parent}: status 0 duplicate, 1 written, 2 ignored; parent 1
 -- when a stopped session is a sub-agents' parent.
 --
--- KEYS: the two dedupe markers, the turns stream, the session's key prefix (its hash tag
--- routes the call), and the set of parent sessions. The session's keys are that prefix followed
+-- KEYS: the two dedupe markers, the turns stream, the session's key prefix (a name, not
+-- a key of its own), and the set of parent sessions. The session's keys are that prefix followed
 -- by the suffixes of `agent_core._keys.SessionKey` and `bot.keys.BotSessionKey`, substituted into
 -- the placeholders by the loader from those enums (the one definition `Keys`/`BotKeys` build
 -- their names from), so a call carries few arguments rather than one more per key it touches:
@@ -17,7 +17,6 @@
 -- qualified id, the audit event of a steer and of a stop ('' for none), the audit trail's
 -- length cap and retention in seconds, and the session id.
 --! keys: seen_event seen_message turns_stream session.session_prefix parents
---! cross-slot: the dedupe markers, the turns stream and the parents set are global keys
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, '', '', 0} end
 if KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {0, '', '', 0} end
 local p = KEYS[4]

@@ -3,7 +3,6 @@
 -- KEYS: card record, lease, undelivered-finals index. ARGV: session, final state, the
 -- sequence number it was built from. Returns 1 when done, 0 otherwise.
 --! keys: card live_turn undelivered_cards
---! cross-slot: the undelivered-finals index is global, one entry per session
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 if redis.call('HGET', KEYS[1], 'final') ~= '0' then return 0 end
 if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[3] then return 0 end

@@ -3,7 +3,6 @@
 -- KEYS: card record, undelivered-finals index. ARGV: token, final flag, card JSON, session.
 -- Returns the new sequence number, or 0 when refused.
 --! keys: card undelivered_cards
---! cross-slot: the undelivered-finals index is global, one entry per session
 if redis.call('HGET', KEYS[1], 'final') == '1' then return 0 end
 local token = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
 if token > tonumber(ARGV[1]) then return 0 end

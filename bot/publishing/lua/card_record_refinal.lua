@@ -7,7 +7,6 @@
 -- KEYS: card record, undelivered-finals index. ARGV: session, new state, the sequence number
 -- and message id it was built from. Returns the new sequence number, or 0 when refused.
 --! keys: card undelivered_cards
---! cross-slot: the undelivered-finals index is global, one entry per session
 local rec = redis.call('HMGET', KEYS[1], 'final', 'seq', 'message_id', 'delivered')
 if rec[1] ~= '1' or rec[2] ~= ARGV[3] or rec[3] ~= ARGV[4] or ARGV[4] == '' then return 0 end
 if rec[4] and string.match(rec[4], '^sending:') then return 0 end

@@ -11,7 +11,6 @@
 -- Returns 0 fenced, 1 parked, 2 queued at once, 3 done before.
 --! uses: fence
 --! keys: live_turn open_turns session.tombstone session.tombstone session.approvals awaiting turns_stream session.continuation session.steers
---! cross-slot: the turns stream is global, shared by every session
 if not fenced(KEYS[1], ARGV[1]) then return 0 end
 if redis.call('EXISTS', KEYS[8]) == 1 then return 3 end
 redis.call('SET', KEYS[8], ARGV[2], 'EX', ARGV[3])

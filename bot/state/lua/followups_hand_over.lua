@@ -4,7 +4,6 @@
 -- token, turn, job. Returns 1 when queued, 0 when fenced.
 --! uses: fence
 --! keys: live_turn open_turns turns_stream
---! cross-slot: the turns stream is global, shared by every session
 if not fenced(KEYS[1], ARGV[1]) then return 0 end
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('XADD', KEYS[3], '*', 'job', ARGV[3])

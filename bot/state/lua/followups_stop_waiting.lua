@@ -5,7 +5,6 @@
 -- ARGV: the tombstone key prefix (the key of turn "", built by `Keys.tombstone`), who stopped,
 -- tombstone ttl. Returns the turns.
 --! keys: open_turns awaiting turns_stream session.bell
---! cross-slot: the turns stream is global, shared by every session
 local turns = redis.call('SMEMBERS', KEYS[1])
 for _, turn in ipairs(turns) do
   redis.call('SET', ARGV[1] .. turn, ARGV[2], 'EX', ARGV[3])

@@ -2,7 +2,6 @@
 -- KEYS: lease, fence counter, leases index, lease start times. ARGV: worker, turn, ttl ms,
 -- session. Returns {1, token} when taken, {0, remaining ms} when another holder has it.
 --! keys: live_turn fence leases lease_starts
---! cross-slot: the leases index and the lease start times are global, one entry per session
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('PTTL', KEYS[1])} end
 local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], token .. '|' .. ARGV[1] .. '|' .. ARGV[2], 'PX', ARGV[3])

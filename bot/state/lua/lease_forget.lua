@@ -2,7 +2,6 @@
 -- the meantime keeps its entries (bot.state.lease). KEYS: lease, leases index, lease start
 -- times. ARGV: session. Returns 1.
 --! keys: live_turn leases lease_starts
---! cross-slot: the leases index and the lease start times are global, one entry per session
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])

@@ -3,7 +3,6 @@
 -- session. Returns 1 when released, 0 when the lease was not ours.
 --! uses: fence
 --! keys: live_turn leases lease_free lease_starts
---! cross-slot: the leases index and the lease start times are global, one entry per session
 if fenced(KEYS[1], ARGV[1]) then
   redis.call('DEL', KEYS[1])
   redis.call('ZREM', KEYS[2], ARGV[2])

@@ -3,7 +3,6 @@
 -- the current turn). Returns 1, or 0 when the lease is not ours.
 --! uses: fence
 --! keys: live_turn leases
---! cross-slot: the leases index is global, one entry per session
 local held = fenced(KEYS[1], ARGV[1])
 if not held then return 0 end
 local worker, turn = string.match(held, '^%d+|([^|]*)|(.*)$')

@@ -6,7 +6,6 @@
 -- record ttl, reason, session, book maxlen. Returns 1 written, 0 a duplicate, -1 fenced.
 --! uses: fence
 --! keys: live_turn settle open_turns usage book(settles) book(automation) book(no-final-reply)
---! cross-slot: the books are global streams, one entry per settled turn
 if ARGV[1] == '' then
   if redis.call('GET', KEYS[1]) then return -1 end
 elseif not fenced(KEYS[1], ARGV[1]) then

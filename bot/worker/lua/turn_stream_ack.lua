@@ -4,7 +4,6 @@
 -- this token's.
 --! uses: fence
 --! keys: live_turn turns_stream
---! cross-slot: the turns stream is global, shared by every session
 if not fenced(KEYS[1], ARGV[1]) then return 0 end
 redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 redis.call('XDEL', KEYS[2], ARGV[3])

@@ -117,8 +117,8 @@ async def test_a_kill_switch_the_worker_cannot_read_is_never_taken_for_off(
     from bot.worker.process import log as worker_log
     from tests.inprocess_bot import open_bot
 
-    # Every key but the switch (`chatops:killswitch`, the only key of ours after "chatops:k").
-    allowed = ["~chatops:[^k]*", "~{*", "&*", "+@all"]
+    # Every key but the switch (`{chatops}:killswitch`, the only key of ours after "{chatops}:k").
+    allowed = ["~{chatops}:[^k]*", "&*", "+@all"]
     await redis_client.acl_setuser("noswitch", enabled=True, nopass=True, keys=[], reset_keys=True)
     await redis_client.execute_command("ACL", "SETUSER", "noswitch", *allowed)
     restricted = aioredis.Redis.from_url(bot_settings.redis_url, username="noswitch")

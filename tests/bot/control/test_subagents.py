@@ -178,8 +178,8 @@ async def test_stopping_the_parent_stops_every_child(
     children = await SubagentRegistry(redis_client).children(session_of(thread))
     assert {c.state for c in children} == {ChildState.CANCELLED}
     for child in children:  # nothing of a child is left running or queued
-        assert not await redis_client.smembers(f"chatops:{{{child.session_id}}}:open-turns")
-        assert not await redis_client.exists(f"chatops:{{{child.session_id}}}:live")
+        assert not await redis_client.smembers(f"{{chatops}}:{child.session_id}:open-turns")
+        assert not await redis_client.exists(f"{{chatops}}:{child.session_id}:live")
     assert len(child_requests(fake_llm)) == 2  # each child's first request; none after
     assert len(parent_requests(fake_llm)) == 1
     final = final_card(slack_api, thread)
@@ -266,7 +266,7 @@ async def test_a_child_waiting_on_a_stopped_parent_ends_without_another_request(
     (child,) = await SubagentRegistry(redis_client).children(session_of(thread))
     assert child.state is ChildState.CANCELLED
     assert len(child_requests(fake_llm)) == 1  # it asked, and never ran the model again
-    assert not await redis_client.smembers(f"chatops:{{{child.session_id}}}:open-turns")
+    assert not await redis_client.smembers(f"{{chatops}}:{child.session_id}:open-turns")
     assert "Stopped" in card_text(final_card(slack_api, thread))
     assert all(r.status == 200 for r in fake_llm.requests)
 

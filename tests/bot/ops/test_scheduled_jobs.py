@@ -194,7 +194,7 @@ async def test_two_schedulers_firing_one_run_enqueue_one_scheduler_turn(redis_cl
     )
 
     # The claim is only the first guard: without it, the queue's dedupe on the run id holds.
-    await redis_client.delete(f"{KEYS.prefix}:scheduled:{event.event_id}")
+    await redis_client.delete(f"{KEYS.root}:scheduled:{event.event_id}")
     assert await first.fire(job, now) == "duplicate"
     assert await first.fire(job, now + timedelta(minutes=1)) == "started"  # the next fire time
     assert len(await stream_jobs(redis_client)) == 2

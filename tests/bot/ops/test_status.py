@@ -257,7 +257,7 @@ def test_help_lists_the_command_and_says_where_session_ids_are() -> None:
     own = subprocess.run([CHATOPS, "status", "--help"], capture_output=True, text=True, timeout=60)
     assert own.returncode == 0
     text = " ".join(own.stdout.split())
-    assert "--json" in text and "settles book" in text and "chatops:{SESSION}:card" in text
+    assert "--json" in text and "settles book" in text and "{chatops}:SESSION:card" in text
 
 
 def rendered(tree: SessionStatus) -> str:

@@ -223,7 +223,7 @@ async def test_the_stream_is_capped_and_expires(redis_client) -> None:
         for i in range(500)
     )
     key = KEYS.audit("capped")
-    assert key == "chatops:{capped}:audit"
+    assert key == "{chatops}:capped:audit"
     assert 10 <= await redis_client.xlen(key) < 500  # `~`: trimmed by whole nodes
     assert 0 < await redis_client.ttl(key) <= 60
 

@@ -3,7 +3,6 @@
 -- then the entry's field/value pairs. Returns 0, writing nothing, for an update of a message
 -- that does not exist; 1 otherwise.
 --! keys: console_message console_cards
---! cross-slot: the console's message records and its one cards stream are global keys
 if ARGV[1] == 'update' and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('SET', KEYS[1], '1', 'EX', ARGV[2])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
