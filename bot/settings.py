@@ -6,12 +6,20 @@ working directory is read too. Secrets are `SecretStr`, so they never appear in 
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_core import ForcedTool, IntentCheck, ModelStreaming, ToolChoice
 from bot.logs import LogFormat, LogLevel
 from bot.people import People, parse_people
+from bot.redis_topology import RedisTopology
 
 __all__ = ["Settings"]
 
@@ -26,6 +34,19 @@ class Settings(BaseSettings):
     redis_cluster: bool = Field(default=False, validation_alias="CHATOPS_REDIS_CLUSTER")
     """`REDIS_URL` names a node of a Redis Cluster: the processes use a cluster client
     (`bot.process.redis_pool`). Every key is in one slot (`bot.keys`), so any cluster works."""
+    redis_sentinels: str = Field(default="", validation_alias="CHATOPS_REDIS_SENTINELS")
+    """`host:port` of each Sentinel, comma-separated: the processes find the primary through
+    them and follow a failover; `REDIS_URL` then gives only the database, user and password."""
+    redis_sentinel_primary: str = Field(
+        default="mymaster", min_length=1, validation_alias="CHATOPS_REDIS_SENTINEL_PRIMARY"
+    )
+    """The name the Sentinels monitor the primary under (`sentinel monitor <name> …`)."""
+    redis_wait_replicas_setting: int | None = Field(
+        default=None, ge=0, le=16, validation_alias="CHATOPS_REDIS_WAIT_REPLICAS"
+    )
+    """Replicas that must hold an event before the ingress acknowledges it (`WAIT`, at most
+    200 ms; an event still unacknowledged then is accepted and counted). Unset: 1 with
+    Sentinels, 0 otherwise. docs/reliability.md Q20."""
     redis_max_connections: int = Field(
         default=64, ge=4, le=10_000, validation_alias="CHATOPS_REDIS_MAX_CONNECTIONS"
     )
@@ -248,6 +269,39 @@ class Settings(BaseSettings):
     def admin_ids(self) -> People:
         """`CHATOPS_ADMINS` as a group matched against qualified ids."""
         return parse_people(self.admins)
+
+    @model_validator(mode="after")
+    def _one_topology(self) -> Settings:
+        if self.redis_cluster and self.redis_sentinels.strip():
+            raise ValueError("set CHATOPS_REDIS_CLUSTER or CHATOPS_REDIS_SENTINELS, not both")
+        return self
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinel_addresses(cls, value: str) -> str:
+        for address in filter(None, (part.strip() for part in value.split(","))):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"CHATOPS_REDIS_SENTINELS: {address!r} is not host:port")
+        return value
+
+    @property
+    def redis_wait_replicas(self) -> int:
+        """`CHATOPS_REDIS_WAIT_REPLICAS`, or its default for the topology."""
+        if self.redis_wait_replicas_setting is not None:
+            return self.redis_wait_replicas_setting
+        return 1 if self.redis_sentinels.strip() else 0
+
+    @property
+    def redis_topology(self) -> RedisTopology:
+        """How `REDIS_URL` is reached: one address, a cluster's node, or through Sentinels."""
+        sentinels = tuple(
+            (host, int(port))
+            for address in self.redis_sentinels.split(",")
+            if address.strip()
+            for host, _, port in [address.strip().rpartition(":")]
+        )
+        return RedisTopology(self.redis_cluster, sentinels, self.redis_sentinel_primary)
 
     @field_validator("responders", "admins")
     @classmethod

@@ -1,8 +1,8 @@
 """An operator's commands on a running deployment: `version`, `killswitch`, `status`.
 
-Contract: each reads `REDIS_URL` and `CHATOPS_REDIS_CLUSTER` from `Settings` (exit status 2
-when the URL is unset or Redis cannot be read), opens one Redis client for the command and
-closes it before printing. Unknown actions are refused with status 2 before Redis is touched.
+Contract: each reads `REDIS_URL` and its topology (cluster, Sentinels) from `Settings` (exit
+status 2 when the URL is unset or Redis cannot be read), opens one Redis client for the command
+and closes it before printing. Unknown actions are refused with status 2 before Redis is touched.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from bot.ops.status import SessionStatus
+    from bot.redis_topology import RedisTopology
 
 __all__ = ["RedisTarget", "killswitch", "redis_of", "status", "terminal", "version"]
 
@@ -30,16 +31,16 @@ def version() -> None:
 
 @dataclass(frozen=True, slots=True)
 class RedisTarget:
-    """The Redis the settings name: `REDIS_URL`, and whether it is a cluster's node."""
+    """The Redis the settings name: `REDIS_URL`, and how it is reached (cluster, Sentinels)."""
 
     url: str
-    cluster: bool
+    topology: RedisTopology
 
     def client(self) -> aioredis.Redis:
         """A client of it (the caller closes it)."""
         from bot.process.redis_pool import pooled_redis
 
-        return pooled_redis(self.url, cluster=self.cluster)
+        return pooled_redis(self.url, topology=self.topology)
 
 
 def redis_of(command: str) -> RedisTarget:
@@ -50,7 +51,7 @@ def redis_of(command: str) -> RedisTarget:
     if not settings.redis_url:
         typer.echo(f"chatops {command}: REDIS_URL is not set", err=True)
         raise typer.Exit(2)
-    return RedisTarget(settings.redis_url, settings.redis_cluster)
+    return RedisTarget(settings.redis_url, settings.redis_topology)
 
 
 def terminal() -> Console:

@@ -107,14 +107,19 @@ async def _open_ingress(
     """What the routes need: the platforms' identities, and the queue (its group made if it can)."""
     identity = slack or await _slack_identity(settings)
     verifier = await _feishu_verifier(settings, feishu)
-    queue = Queue(client)
+    metrics = IngressMetrics()
+    queue = Queue(
+        client,
+        replicas=settings.redis_wait_replicas,
+        on_unreplicated=metrics.unreplicated.inc,
+    )
     try:
         async with asyncio.timeout(REDIS_CALL_S):
             await queue.ensure_group()
     except (QueueUnavailable, TimeoutError) as exc:
         # serve anyway: /readyz says 503, events get 503
         log.warning("starting without Redis: %s", exc)
-    return Ingress(settings, client, queue, IngressMetrics(), identity, verifier, clock, routes)
+    return Ingress(settings, client, queue, metrics, identity, verifier, clock, routes)
 
 
 @asynccontextmanager
@@ -148,7 +153,7 @@ def _redis_from(settings: Settings) -> aioredis.Redis:
         settings.redis_url,
         max_connections=settings.redis_max_connections,
         wait_s=min(settings.redis_pool_timeout_s, ACK_BUDGET_S),
-        cluster=settings.redis_cluster,
+        topology=settings.redis_topology,
     )
 
 

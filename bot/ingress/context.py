@@ -28,6 +28,7 @@ from bot.intake.metrics import IngressMetrics
 from bot.intake.queue import Queue
 from bot.policy.alert_routes import AlertRoute
 from bot.process.redis_pool import DEFAULT_MAX_CONNECTIONS, pooled_redis
+from bot.redis_topology import SINGLE, RedisTopology
 from bot.settings import Settings
 from bot.state.audit import AuditLog
 from bot.state.memory import MemoryBook
@@ -108,7 +109,7 @@ def ingress_redis(
     *,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     wait_s: float = ACK_BUDGET_S,
-    cluster: bool = False,
+    topology: RedisTopology = SINGLE,
 ) -> aioredis.Redis:
     """The ingress's Redis client (bench/ingress.py builds the same).
 
@@ -126,7 +127,7 @@ def ingress_redis(
         url,
         max_connections=max_connections,
         wait_s=wait_s,
-        cluster=cluster,
+        topology=topology,
         socket_timeout=None,
         socket_connect_timeout=REDIS_CALL_S,
     )

@@ -34,6 +34,12 @@ class IngressMetrics:
             ["sender", "outcome"],
             registry=self.registry,
         )
+        self.unreplicated = Counter(
+            "chatops_ingress_unreplicated",
+            "Events accepted before a replica acknowledged them (CHATOPS_REDIS_WAIT_REPLICAS): a "
+            "failover right then could lose them",
+            registry=self.registry,
+        )
         self.unavailable = Counter(
             "chatops_ingress_unavailable",
             "Events answered 503 because Redis could not take them in time",

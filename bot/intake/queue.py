@@ -34,8 +34,10 @@ Payloads are JSON validated by pydantic models, never pickle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -65,6 +67,9 @@ __all__ = [
     "turn_id_for",
 ]
 
+REPLICA_WAIT_MS = 200
+"""How long an event's acknowledgment waits for the replicas (`Queue(replicas=…)`): well inside
+the platforms' 3 s, and about a thousand times what a healthy replica needs on a LAN."""
 DEDUPE_TTL_S = 24 * 3600
 """Dedupe markers live 24 h: Feishu redelivers up to 4 times over about 7 h."""
 
@@ -148,15 +153,41 @@ class Trail:
 class Queue:
     """Writes accepted events to Redis (the producer side of the turns stream)."""
 
-    def __init__(self, redis: aioredis.Redis, keys: BotKeys | None = None) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: BotKeys | None = None,
+        *,
+        replicas: int = 0,
+        on_unreplicated: Callable[[], None] | None = None,
+    ) -> None:
+        """`replicas`: how many replicas must hold an event before `submit` returns.
+
+        0 (the default): none, the primary's reply is enough. Otherwise the submit is followed by
+        `WAIT replicas REPLICA_WAIT_MS` on the same connection; an event the replicas did not
+        acknowledge in time is still accepted (the primary has it, as without the wait) and
+        `on_unreplicated` is called (a metric). docs/reliability.md Q20, `bench/replica_wait.py`.
+        """
         self._redis = redis
         self._keys = keys or BotKeys()
         self._submit = register_lua(redis, "bot.intake", "queue_submit", **_submit_values())
+        self._replicas = replicas
+        self._on_unreplicated = on_unreplicated
 
     @property
     def keys(self) -> BotKeys:
         """The key names in use."""
         return self._keys
+
+    async def _submit_replicated(self, keys: list[str], args: list[str | int]) -> list[Any]:
+        """The submit script, then `WAIT` on its connection (a pipeline holds one)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            await self._submit(keys=keys, args=args, client=pipe)
+            pipe.wait(self._replicas, REPLICA_WAIT_MS)
+            reply, acknowledged = await pipe.execute()
+        if int(acknowledged) < self._replicas and self._on_unreplicated is not None:
+            self._on_unreplicated()
+        return list(reply)
 
     async def ensure_group(self) -> None:
         """Create the workers' consumer group (and the stream) if missing."""
@@ -223,7 +254,10 @@ class Queue:
             session,
         ]
         try:
-            status, route, result, parent = await self._submit(keys=keys, args=args)
+            if self._replicas:
+                status, route, result, parent = await self._submit_replicated(keys, args)
+            else:
+                status, route, result, parent = await self._submit(keys=keys, args=args)
         except RedisError as exc:
             raise QueueUnavailable(f"cannot write the event: {exc}") from exc
         if status != 1:

@@ -216,7 +216,9 @@ async def open_scheduler(
     async with AsyncExitStack() as stack:
         redis, platforms = await open_clients(settings, redis, stack)
         keys = BotKeys()
-        leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
+        leases = Leases(
+            redis, keys, ttl_s=settings.lease_ttl_s, replicas=settings.redis_wait_replicas
+        )
         reaper = Reaper(
             redis=redis,
             keys=keys,

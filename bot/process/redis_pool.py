@@ -10,13 +10,22 @@ path holds one connection per process whatever the number of live turns (`agent_
 each blocking stream read one more, and everything else is a short command, so 64 connections
 carry a thousand live analyses.
 
-With `cluster` the client is redis-py's `RedisCluster`, given any node's URL: it learns the slot
-map from that node and follows MOVED and ASK. Every key of a deployment is in one slot
-(`bot.keys`), so its commands, scripts and transactions all go to the one master that serves it.
-That client keeps a pool per node and, unlike `BlockingConnectionPool`, raises
-`MaxConnectionsError` (a `ConnectionError`, so again handled as Redis being unavailable) instead
-of waiting when `max_connections` are busy on a node: redis-py has no waiting pool for a
-cluster, and the limit is what bounds the process's connections.
+The deployment's Redis is one of three topologies (`RedisTopology`, from the settings):
+
+- A single Redis, or a managed endpoint that fails over behind one address: the pool above.
+- A Redis Cluster (`CHATOPS_REDIS_CLUSTER`): redis-py's `RedisCluster`, given any node's URL:
+  it learns the slot map from that node and follows MOVED and ASK. Every key of a deployment is
+  in one slot (`bot.keys`), so its commands, scripts and transactions all go to the one master
+  that serves it. That client keeps a pool per node and, unlike `BlockingConnectionPool`, raises
+  `MaxConnectionsError` (a `ConnectionError`, so again handled as Redis being unavailable)
+  instead of waiting when `max_connections` are busy on a node: redis-py has no waiting pool for
+  a cluster, and the limit is what bounds the process's connections.
+- A primary watched by Sentinels (`CHATOPS_REDIS_SENTINELS`): redis-py's `Sentinel` names the
+  primary, and every new connection asks the Sentinels where it is now, so after a failover the
+  pool's connections to the old primary fail once and the next ones reach the promoted replica.
+  The pool is the same waiting, bounded one (`SentinelBlockingConnectionPool`: redis-py has the
+  two behaviours in separate classes). `REDIS_URL` still gives the database, the user and the
+  password; its host and port are not used. What a failover can lose: docs/reliability.md Q20.
 """
 
 from __future__ import annotations
@@ -25,8 +34,18 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import parse_url
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
-__all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_WAIT_S", "pooled_redis"]
+from bot.redis_topology import SINGLE, RedisTopology
+
+__all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_WAIT_S",
+    "RedisTopology",
+    "SentinelBlockingConnectionPool",
+    "pooled_redis",
+]
 
 DEFAULT_MAX_CONNECTIONS = 64
 """`CHATOPS_REDIS_MAX_CONNECTIONS`'s default: connections one process opens at most."""
@@ -34,21 +53,31 @@ DEFAULT_WAIT_S = 10.0
 """`CHATOPS_REDIS_POOL_TIMEOUT_S`'s default: how long a command waits for a free connection."""
 
 
+class SentinelBlockingConnectionPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """Sentinel's pool (connections to wherever the primary is) that waits for a free connection.
+
+    The method order puts Sentinel's address lookup first and `BlockingConnectionPool`'s bounded
+    wait under it; both keep `ConnectionPool`'s interface.
+    """
+
+
 def pooled_redis(
     url: str,
     *,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     wait_s: float = DEFAULT_WAIT_S,
-    cluster: bool = False,
+    topology: RedisTopology = SINGLE,
     **options: Any,
 ) -> aioredis.Redis:
     """A client of `url` over a pool of at most `max_connections` that waits `wait_s` for one.
 
     `options` are the connections' (timeouts, keepalive); what the URL's query string sets
     wins, as with `Redis.from_url`. The client owns its pool: `aclose()` disconnects it.
-    `cluster`: a Redis Cluster client instead, `max_connections` per node (see above).
+    `topology`: a cluster's or the Sentinels' client instead (see above).
     """
-    if cluster:
+    if topology.sentinels:
+        return _sentinel_redis(url, topology, max_connections, wait_s, options)
+    if topology.cluster:
         client = RedisCluster.from_url(url, max_connections=max_connections, **options)
         # The cluster client answers the commands, pipelines, scripts and Pub/Sub this code
         # uses as `Redis` does (the cluster process tests drive them all); it is no subclass.
@@ -57,3 +86,39 @@ def pooled_redis(
         url, max_connections=max_connections, timeout=wait_s, **options
     )
     return aioredis.Redis.from_pool(pool)
+
+
+class _SentinelRedis(aioredis.Redis):
+    """The primary's client; closing it closes the connections to the Sentinels too."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        pool = self.connection_pool
+        await super().aclose(close_connection_pool)
+        if isinstance(pool, SentinelConnectionPool):
+            for sentinel in pool.sentinel_manager.sentinels:
+                await sentinel.aclose()
+
+
+def _sentinel_redis(
+    url: str, topology: RedisTopology, max_connections: int, wait_s: float, options: dict[str, Any]
+) -> aioredis.Redis:
+    from_url = {k: v for k, v in parse_url(url).items() if k not in ("host", "port", "path")}
+    sentinel_options = {
+        k: v for k, v in options.items() if k in ("socket_connect_timeout", "socket_keepalive")
+    }
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(topology.sentinels),
+        sentinel_kwargs={
+            **sentinel_options,
+            "socket_timeout": options.get("socket_connect_timeout"),
+        },
+    )
+    client: aioredis.Redis = sentinel.master_for(
+        topology.sentinel_primary,
+        redis_class=_SentinelRedis,
+        connection_pool_class=SentinelBlockingConnectionPool,
+        max_connections=max_connections,
+        timeout=wait_s,
+        **{**options, **from_url},
+    )
+    return client

@@ -38,6 +38,9 @@ __all__ = ["Lease", "LeaseLost", "Leases"]
 
 log = logging.getLogger(__name__)
 
+REPLICA_WAIT_MS = 200
+"""How long taking a lease waits for the replicas (`Leases(replicas=…)`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Lease:
@@ -52,10 +55,19 @@ class Lease:
 class Leases:
     """Takes, renews and releases session leases."""
 
-    def __init__(self, redis: aioredis.Redis, keys: BotKeys, *, ttl_s: float) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, keys: BotKeys, *, ttl_s: float, replicas: int = 0
+    ) -> None:
+        """`replicas`: how many replicas must hold a lease taken before the turn goes on.
+
+        A lease whose taking a failover lost would let the next holder get the same fencing
+        token as the worker still running on it; waiting (`WAIT`, at most `REPLICA_WAIT_MS`)
+        once per lease closes that window while the replica keeps up (docs/reliability.md Q20).
+        """
         self._redis = redis
         self._keys = keys
         self.ttl_s = ttl_s
+        self._replicas = replicas
         self._acquire = register_lua(redis, "bot.state", "lease_acquire")
         self._renew = register_lua(redis, "bot.state", "lease_renew")
         self._release = register_lua(redis, "bot.state", "lease_release")
@@ -68,10 +80,22 @@ class Leases:
     async def try_acquire(self, session_id: str, worker: str, turn_id: str) -> Lease | None:
         """Take the session's lease if nobody holds it."""
         k = self._keys
+        keys = [k.live_turn(session_id), k.fence(session_id), k.leases, k.lease_starts]
+        args: list[str | int] = [worker, turn_id, self._ttl_ms, session_id]
         with map_redis_errors("acquire lease"):
-            taken, value = await self._acquire(
-                keys=[k.live_turn(session_id), k.fence(session_id), k.leases, k.lease_starts],
-                args=[worker, turn_id, self._ttl_ms, session_id],
+            if not self._replicas:
+                taken, value = await self._acquire(keys=keys, args=args)
+                return Lease(session_id, int(value), worker) if taken else None
+            async with self._redis.pipeline(transaction=False) as pipe:
+                await self._acquire(keys=keys, args=args, client=pipe)
+                pipe.wait(self._replicas, REPLICA_WAIT_MS)  # on the script's connection
+                (taken, value), acknowledged = await pipe.execute()
+        if taken and int(acknowledged) < self._replicas:
+            log.warning(
+                "lease of %s taken before %d replica(s) acknowledged it (%d did)",
+                session_id,
+                self._replicas,
+                int(acknowledged),
             )
         return Lease(session_id, int(value), worker) if taken else None
 

@@ -304,7 +304,9 @@ async def open_worker(
         runtime = await _open_runtime(
             settings, redis, failpoints, subagents, stack, memory, concurrency=concurrency
         )
-        leases = Leases(redis, keys, ttl_s=settings.lease_ttl_s)
+        leases = Leases(
+            redis, keys, ttl_s=settings.lease_ttl_s, replicas=settings.redis_wait_replicas
+        )
         actor = build_actor(
             runtime=runtime,
             redis=redis,

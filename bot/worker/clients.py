@@ -20,11 +20,16 @@ from bot.control.subagent_desk import SubagentCards
 from bot.control.subagents import SubagentRegistry
 from bot.errors import BotConfigError
 from bot.events import Platform
-from bot.process.redis_pool import DEFAULT_MAX_CONNECTIONS, DEFAULT_WAIT_S, pooled_redis
+from bot.process.redis_pool import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_WAIT_S,
+    pooled_redis,
+)
 from bot.publishing.channel_posts import ChannelPoster
 from bot.publishing.metered_platform import MeteredPlatform
 from bot.publishing.platform import ChatPlatform
 from bot.publishing.thread_reader import ThreadReader
+from bot.redis_topology import SINGLE, RedisTopology
 from bot.settings import Settings
 from bot.worker.metrics import WorkerMetrics
 
@@ -156,7 +161,7 @@ def worker_redis(
     *,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     wait_s: float = DEFAULT_WAIT_S,
-    cluster: bool = False,
+    topology: RedisTopology = SINGLE,
 ) -> aioredis.Redis:
     """The Redis client of the worker and the scheduler: it waits a paused Redis out.
 
@@ -184,7 +189,7 @@ def worker_redis(
         url,
         max_connections=max_connections,
         wait_s=wait_s,
-        cluster=cluster,
+        topology=topology,
         socket_timeout=None,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         socket_keepalive=True,
@@ -210,7 +215,7 @@ async def open_clients(
             settings.redis_url,
             max_connections=settings.redis_max_connections,
             wait_s=settings.redis_pool_timeout_s,
-            cluster=settings.redis_cluster,
+            topology=settings.redis_topology,
         )
         stack.push_async_callback(redis.aclose)
     platforms = platforms_from(settings, redis)

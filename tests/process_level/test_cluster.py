@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bot.process.redis_pool import pooled_redis
+from bot.redis_topology import RedisTopology
 from tests.deployment import KEYS
 from tests.process_level.test_drain import (
     test_w3_sigterm_mid_tool_hands_the_turn_over_at_its_next_cut,
@@ -67,7 +68,7 @@ async def redis_client(
     cluster: RedisClusterNodes, redis_server: str
 ) -> AsyncIterator[aioredis.Redis]:
     cluster.flush()
-    client = pooled_redis(redis_server, cluster=True)
+    client = pooled_redis(redis_server, topology=RedisTopology(cluster=True))
     yield client
     await client.aclose()
 

@@ -1,0 +1,222 @@
+"""Benchmark of `WAIT` on the acknowledgment path: what waiting for a replica costs an event.
+
+Run it with `.venv/bin/python bench/replica_wait.py` (`--help` for the options). It starts its
+own primary `redis-server` and a replica of it (`--replicaof`) on loopback, then accepts events
+as the ingress does, through `bot.intake.queue.Queue.submit` (the submit script: dedupe markers,
+the turns stream entry, the session's state), each a new analysis in a thread of its own:
+
+- without `WAIT`, as the ingress acknowledges today: the primary has the event, the replica
+  gets it asynchronously a moment later;
+- with `WAIT 1 <timeout>` after each submit, as an ingress would that acknowledges only events
+  a replica also holds (so a primary's crash right after the acknowledgment loses none).
+
+Each is run one event at a time (the latency a platform's request sees) and `--concurrency` at
+a time (the ingress's throughput). Printed: events per second and mean latency of each, and
+the ratios with `WAIT` to without. `WAIT` returning fewer replicas than asked is counted; the
+bench fails if any did (the replica was not keeping up, so the figure would not be `WAIT`'s).
+
+`--smoke` submits a few dozen events, in seconds, to check that every figure can still be
+produced (`make test` runs it). The figures end the output as `ratio <name> = <number>` lines
+(`bench/_figures.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:  # run as a script: make `tests` importable
+    sys.path.insert(0, str(_ROOT))
+
+import redis.asyncio as aioredis  # noqa: E402
+from _figures import SMOKE_HELP, print_ratios, ratio, require, run  # noqa: E402
+
+from bot.events import ChatEvent, Platform  # noqa: E402
+from bot.intake.queue import Queue, Route  # noqa: E402
+from bot.keys import BotKeys  # noqa: E402
+from tests.loopback import spawn_redis, stop_process  # noqa: E402
+
+KEYS = BotKeys()
+WAIT_TIMEOUT_MS = 1000
+START = (Route.START, Route.START, None, None)
+
+
+def _event(n: int, run_id: str) -> ChatEvent:
+    return ChatEvent(
+        platform=Platform.SLACK,
+        event_id=f"Ev{run_id}{n}",
+        workspace="T1",
+        channel="C1",
+        thread=f"1700000000.{run_id}{n:06d}",
+        message_id=f"1700000000.{run_id}{n:06d}",
+        author="U1",
+        text="<@B1> is the checkout service slow?",
+        mentioned=True,
+    )
+
+
+class Lane:
+    """One connection that submits events, each followed by `WAIT` when asked.
+
+    `WAIT` waits for the writes of its own connection, so the submit and its `WAIT` must share
+    one: each lane is a single-connection client (a pooled client could send the `WAIT` on
+    another connection, which has written nothing and returns at once).
+    """
+
+    def __init__(self, url: str, wait: bool) -> None:
+        self.redis = aioredis.Redis.from_url(url, single_connection_client=True)
+        self.queue, self.wait = Queue(self.redis), wait
+        self.short_waits = 0
+
+    async def one(self, event: ChatEvent) -> None:
+        """Submit one event (a start), then `WAIT` for one replica when the lane waits."""
+        submitted = await self.queue.submit(event, START)
+        require(
+            submitted.accepted and submitted.route is Route.START,
+            f"event {event.event_id} was not written",
+        )
+        if self.wait:
+            acked = await self.redis.wait(1, WAIT_TIMEOUT_MS)
+            if int(acked) < 1:
+                self.short_waits += 1
+
+    async def aclose(self) -> None:
+        """Close the lane's connection."""
+        await self.redis.aclose()
+
+
+async def trial(url: str, events: list[ChatEvent], concurrency: int, wait: bool) -> float:
+    """Seconds to submit `events` over `concurrency` lanes; fails if a `WAIT` came back short."""
+    lanes = [Lane(url, wait) for _ in range(concurrency)]
+    todo = iter(events)
+
+    async def drive(lane: Lane) -> None:
+        for event in todo:
+            await lane.one(event)
+
+    try:
+        await asyncio.gather(*(lane.redis.ping() for lane in lanes))  # connect outside the clock
+        started = time.perf_counter()
+        async with asyncio.TaskGroup() as group:
+            for lane in lanes:
+                group.create_task(drive(lane))
+        elapsed = time.perf_counter() - started
+    finally:
+        for lane in lanes:
+            await lane.aclose()
+    short = sum(lane.short_waits for lane in lanes)
+    require(short == 0, f"{short} WAITs returned before the replica acknowledged")
+    return elapsed
+
+
+async def measure(url: str, events: int, concurrency: int) -> dict[str, float]:
+    """Seconds per trial: one lane and `concurrency` lanes, without and with `WAIT`."""
+    redis = aioredis.Redis.from_url(url)
+    try:
+        await Queue(redis).ensure_group()
+    finally:
+        await redis.aclose()
+    elapsed: dict[str, float] = {}
+    for round_no in range(2):  # interleaved, so drift on a shared machine hits both
+        for wait in (False, True):
+            name = "wait" if wait else "plain"
+            for mode, lanes in (("seq", 1), ("con", concurrency)):
+                tag = f"{mode}{round_no}{int(wait)}"
+                batch = [_event(n, tag) for n in range(events)]
+                seconds = await trial(url, batch, lanes, wait)
+                elapsed[f"{name}_{mode}"] = elapsed.get(f"{name}_{mode}", 0.0) + seconds
+    return elapsed
+
+
+def _wait_synced(replica_port: int) -> None:
+    """Wait until the replica's initial sync is done (a WAIT during it would time out)."""
+    import redis
+
+    client = redis.Redis(port=replica_port)
+    try:
+        for _ in range(600):
+            if client.info("replication").get("master_link_status") == "up":
+                return
+            time.sleep(0.05)
+    finally:
+        client.close()
+    require(False, "the replica never synchronised with the primary")
+
+
+_MODES = """\
+modes:
+  (default)  2,000 events per trial, 32 at a time for the concurrent ones (under a minute)
+  --smoke    40 events per trial, 8 at a time (seconds)
+
+Figures: events per second with WAIT ÷ without, one at a time and concurrently, measured in the
+same run against the same primary and replica. Exit status 1 when an event is not written, a
+WAIT returns before the replica acknowledged, or a figure cannot be produced."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the bench; return the exit status."""
+    parser = argparse.ArgumentParser(
+        description=(
+            "Accept events through the submit script on a primary with a replica, without and "
+            "with WAIT 1 after each: what acknowledging only replicated events costs."
+        ),
+        epilog=_MODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--events", type=int, default=2000, help="events per trial")
+    parser.add_argument("--concurrency", type=int, default=32, help="submits in flight at once")
+    parser.add_argument("--smoke", "--quick", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.events, args.concurrency = 40, 8
+    return run(lambda: _bench(max(1, args.events), max(1, args.concurrency)))
+
+
+def _bench(events: int, concurrency: int) -> int:
+    with tempfile.TemporaryDirectory() as workdir:
+        primary_dir, replica_dir = Path(workdir, "primary"), Path(workdir, "replica")
+        primary_dir.mkdir()
+        replica_dir.mkdir()
+        primary, port = spawn_redis(primary_dir, "--appendonly", "yes")
+        replica, replica_port = spawn_redis(
+            replica_dir, "--appendonly", "yes", "--replicaof", "127.0.0.1", str(port)
+        )
+        try:
+            _wait_synced(replica_port)
+            elapsed = asyncio.run(measure(f"redis://127.0.0.1:{port}/0", events, concurrency))
+        finally:
+            stop_process(replica)
+            stop_process(primary)
+    total = 2 * events  # two rounds of each trial
+    rates = {name: total / seconds for name, seconds in elapsed.items()}
+    for mode, label in (("seq", "one at a time"), ("con", f"{concurrency} at a time")):
+        plain, waited = rates[f"plain_{mode}"], rates[f"wait_{mode}"]
+        print(
+            f"{label}: {plain:,.0f} events/s without WAIT, {waited:,.0f} with WAIT 1"
+            + (
+                f" (latency {1e3 / plain:.3f} ms and {1e3 / waited:.3f} ms)"
+                if mode == "seq"
+                else ""
+            )
+        )
+    print(f"checked: all {4 * total} events written; every WAIT was acknowledged by the replica")
+    print_ratios(
+        {
+            "wait_vs_plain_sequential": ratio(
+                rates["wait_seq"], rates["plain_seq"], name="with WAIT ÷ without, sequential"
+            ),
+            "wait_vs_plain_concurrent": ratio(
+                rates["wait_con"], rates["plain_con"], name="with WAIT ÷ without, concurrent"
+            ),
+        }
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
