@@ -7,8 +7,9 @@ the turns stream entry, the session's state), each a new analysis in a thread of
 
 - without `WAIT`, as the ingress acknowledges today: the primary has the event, the replica
   gets it asynchronously a moment later;
-- with `WAIT 1 <timeout>` after each submit, as an ingress would that acknowledges only events
-  a replica also holds (so a primary's crash right after the acknowledgment loses none).
+- with `WAIT 1` after each submit, in the same pipeline, as the ingress of a deployment with
+  Sentinels acknowledges (`Queue(replicas=1)`: a primary's crash right after the
+  acknowledgment loses no event).
 
 Each is run one event at a time (the latency a platform's request sees) and `--concurrency` at
 a time (the ingress's throughput). Printed: events per second and mean latency of each, and
@@ -39,10 +40,10 @@ from _figures import SMOKE_HELP, print_ratios, ratio, require, run  # noqa: E402
 from bot.events import ChatEvent, Platform  # noqa: E402
 from bot.intake.queue import Queue, Route  # noqa: E402
 from bot.keys import BotKeys  # noqa: E402
+from bot.process.redis_pool import pooled_redis  # noqa: E402
 from tests.loopback import spawn_redis, stop_process  # noqa: E402
 
 KEYS = BotKeys()
-WAIT_TIMEOUT_MS = 1000
 START = (Route.START, Route.START, None, None)
 
 
@@ -60,56 +61,40 @@ def _event(n: int, run_id: str) -> ChatEvent:
     )
 
 
-class Lane:
-    """One connection that submits events, each followed by `WAIT` when asked.
-
-    `WAIT` waits for the writes of its own connection, so the submit and its `WAIT` must share
-    one: each lane is a single-connection client (a pooled client could send the `WAIT` on
-    another connection, which has written nothing and returns at once).
-    """
-
-    def __init__(self, url: str, wait: bool) -> None:
-        self.redis = aioredis.Redis.from_url(url, single_connection_client=True)
-        self.queue, self.wait = Queue(self.redis), wait
-        self.short_waits = 0
-
-    async def one(self, event: ChatEvent) -> None:
-        """Submit one event (a start), then `WAIT` for one replica when the lane waits."""
-        submitted = await self.queue.submit(event, START)
-        require(
-            submitted.accepted and submitted.route is Route.START,
-            f"event {event.event_id} was not written",
-        )
-        if self.wait:
-            acked = await self.redis.wait(1, WAIT_TIMEOUT_MS)
-            if int(acked) < 1:
-                self.short_waits += 1
-
-    async def aclose(self) -> None:
-        """Close the lane's connection."""
-        await self.redis.aclose()
-
-
 async def trial(url: str, events: list[ChatEvent], concurrency: int, wait: bool) -> float:
-    """Seconds to submit `events` over `concurrency` lanes; fails if a `WAIT` came back short."""
-    lanes = [Lane(url, wait) for _ in range(concurrency)]
+    """Seconds to submit `events`, `concurrency` at a time, through `Queue` as the ingress does.
+
+    With `wait` the queue is the one a Sentinel deployment's ingress builds (`replicas=1`: the
+    submit script and `WAIT` in one pipeline, on one connection). Fails if a `WAIT` came back
+    before the replica acknowledged, or an event was not written.
+    """
+    short = 0
+
+    def unreplicated() -> None:
+        nonlocal short
+        short += 1
+
+    redis = pooled_redis(url, max_connections=concurrency + 2)
+    queue = Queue(redis, replicas=1 if wait else 0, on_unreplicated=unreplicated)
     todo = iter(events)
 
-    async def drive(lane: Lane) -> None:
+    async def lane() -> None:
         for event in todo:
-            await lane.one(event)
+            submitted = await queue.submit(event, START)
+            require(
+                submitted.accepted and submitted.route is Route.START,
+                f"event {event.event_id} was not written",
+            )
 
     try:
-        await asyncio.gather(*(lane.redis.ping() for lane in lanes))  # connect outside the clock
+        await asyncio.gather(*(redis.ping() for _ in range(concurrency)))  # connect first
         started = time.perf_counter()
         async with asyncio.TaskGroup() as group:
-            for lane in lanes:
-                group.create_task(drive(lane))
+            for _ in range(concurrency):
+                group.create_task(lane())
         elapsed = time.perf_counter() - started
     finally:
-        for lane in lanes:
-            await lane.aclose()
-    short = sum(lane.short_waits for lane in lanes)
+        await redis.aclose()
     require(short == 0, f"{short} WAITs returned before the replica acknowledged")
     return elapsed
 

@@ -274,6 +274,10 @@ class Settings(BaseSettings):
     def _one_topology(self) -> Settings:
         if self.redis_cluster and self.redis_sentinels.strip():
             raise ValueError("set CHATOPS_REDIS_CLUSTER or CHATOPS_REDIS_SENTINELS, not both")
+        if self.redis_cluster and self.redis_wait_replicas:
+            # redis-py sends a cluster's WAIT to a node of its choosing, not the connection
+            # that wrote, and its cluster pipeline does not load scripts.
+            raise ValueError("CHATOPS_REDIS_WAIT_REPLICAS is not supported with a Redis Cluster")
         return self
 
     @field_validator("redis_sentinels")

@@ -34,7 +34,7 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import parse_url
+from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from bot.redis_topology import SINGLE, RedisTopology
@@ -49,6 +49,8 @@ __all__ = [
 
 DEFAULT_MAX_CONNECTIONS = 64
 """`CHATOPS_REDIS_MAX_CONNECTIONS`'s default: connections one process opens at most."""
+SENTINEL_TIMEOUT_S = 5.0
+"""How long asking a Sentinel where the primary is may take (each Sentinel, in turn)."""
 DEFAULT_WAIT_S = 10.0
 """`CHATOPS_REDIS_POOL_TIMEOUT_S`'s default: how long a command waits for a free connection."""
 
@@ -102,15 +104,18 @@ class _SentinelRedis(aioredis.Redis):
 def _sentinel_redis(
     url: str, topology: RedisTopology, max_connections: int, wait_s: float, options: dict[str, Any]
 ) -> aioredis.Redis:
-    from_url = {k: v for k, v in parse_url(url).items() if k not in ("host", "port", "path")}
-    sentinel_options = {
-        k: v for k, v in options.items() if k in ("socket_connect_timeout", "socket_keepalive")
-    }
+    parsed: dict[str, Any] = dict(parse_url(url))
+    connection_class = parsed.pop("connection_class", None)
+    if connection_class is not None and issubclass(connection_class, UnixDomainSocketConnection):
+        raise ValueError("REDIS_URL: a unix socket has no primary for Sentinels to name")
+    if connection_class is not None and issubclass(connection_class, SSLConnection):
+        parsed["ssl"] = True  # the Sentinel pool then makes its own TLS connections
+    from_url = {k: v for k, v in parsed.items() if k not in ("host", "port", "path")}
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         list(topology.sentinels),
         sentinel_kwargs={
-            **sentinel_options,
-            "socket_timeout": options.get("socket_connect_timeout"),
+            "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+            "socket_timeout": SENTINEL_TIMEOUT_S,
         },
     )
     client: aioredis.Redis = sentinel.master_for(

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
+from bot.process.redis_pool import pooled_redis
 from bot.redis_topology import RedisTopology
 from bot.settings import Settings
 
@@ -64,3 +66,37 @@ def test_a_sentinel_address_that_is_not_host_port_is_refused(value: str) -> None
 def test_a_cluster_and_sentinels_together_are_refused() -> None:
     with pytest.raises(ValidationError, match="not both"):
         settings(CHATOPS_REDIS_CLUSTER="true", CHATOPS_REDIS_SENTINELS="s:26379")
+
+
+def test_waiting_for_replicas_on_a_cluster_is_refused() -> None:
+    with pytest.raises(ValidationError, match="not supported with a Redis Cluster"):
+        settings(CHATOPS_REDIS_CLUSTER="true", CHATOPS_REDIS_WAIT_REPLICAS="1")
+
+
+SENTINELS = RedisTopology(sentinels=(("127.0.0.1", 26379),))
+
+
+async def test_a_tls_url_gives_tls_connections_to_the_primary_the_sentinels_name() -> None:
+    """`rediss://` keeps its TLS, on the connections Sentinel's pool makes (not the URL's class)."""
+    client = pooled_redis("rediss://user:secret@ignored:6380/2", topology=SENTINELS)
+    try:
+        pool = client.connection_pool
+        assert pool.connection_class is SentinelManagedSSLConnection
+        assert pool.connection_kwargs["db"] == 2
+        assert pool.connection_kwargs["username"] == "user"
+        assert "host" not in pool.connection_kwargs
+    finally:
+        await client.aclose()
+
+
+async def test_a_plain_url_gives_plain_connections_through_the_sentinels() -> None:
+    client = pooled_redis("redis://ignored:6379/0", topology=SENTINELS)
+    try:
+        assert client.connection_pool.connection_class is SentinelManagedConnection
+    finally:
+        await client.aclose()
+
+
+def test_a_unix_socket_with_sentinels_is_refused() -> None:
+    with pytest.raises(ValueError, match="unix socket"):
+        pooled_redis("unix:///run/redis.sock", topology=SENTINELS)
