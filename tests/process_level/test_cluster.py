@@ -13,7 +13,12 @@ its first command is redirected. Marked slow: processes.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -84,3 +89,25 @@ def test_the_deployment_slot_is_served_by_another_node_than_the_url(
     """The check that makes the tests above meaningful: their URL is not the owner's."""
     assert len(cluster.ports) == 3
     assert not redis_server.endswith(f":{cluster.owner_of(KEYS.turns_stream)}/0")
+
+
+async def test_the_operator_commands_reach_the_cluster(deploy_env, redis_client) -> None:
+    """`chatops killswitch` and `chatops status` use the cluster client too (and are redirected)."""
+    exe = Path(sys.executable).with_name("chatops")
+    env = {**os.environ, **deploy_env}
+
+    def chatops(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(exe), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    switched = await asyncio.to_thread(chatops, "killswitch", "on", "--by", "ops")
+    assert switched.returncode == 0, switched.stderr
+    assert "kill switch on" in switched.stdout
+    assert await redis_client.exists(KEYS.killswitch)
+    status = await asyncio.to_thread(chatops, "killswitch", "status")
+    assert status.returncode == 0 and "by ops" in status.stdout, status.stderr
+    released = await asyncio.to_thread(chatops, "killswitch", "off")
+    assert released.stdout.strip() == "kill switch off", released.stderr
+    unknown = await asyncio.to_thread(chatops, "status", "slack-00000000000000000000")
+    assert unknown.returncode == 1 and "no session" in unknown.stderr
