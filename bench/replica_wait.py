@@ -42,6 +42,7 @@ from bot.intake.queue import Queue, Route  # noqa: E402
 from bot.keys import BotKeys  # noqa: E402
 from bot.process.redis_pool import pooled_redis  # noqa: E402
 from tests.loopback import spawn_redis, stop_process  # noqa: E402
+from tests.redis_sentinel import wait_synced  # noqa: E402
 
 KEYS = BotKeys()
 START = (Route.START, Route.START, None, None)
@@ -118,21 +119,6 @@ async def measure(url: str, events: int, concurrency: int) -> dict[str, float]:
     return elapsed
 
 
-def _wait_synced(replica_port: int) -> None:
-    """Wait until the replica's initial sync is done (a WAIT during it would time out)."""
-    import redis
-
-    client = redis.Redis(port=replica_port)
-    try:
-        for _ in range(600):
-            if client.info("replication").get("master_link_status") == "up":
-                return
-            time.sleep(0.05)
-    finally:
-        client.close()
-    require(False, "the replica never synchronised with the primary")
-
-
 _MODES = """\
 modes:
   (default)  2,000 events per trial, 32 at a time for the concurrent ones (under a minute)
@@ -172,7 +158,10 @@ def _bench(events: int, concurrency: int) -> int:
             replica_dir, "--appendonly", "yes", "--replicaof", "127.0.0.1", str(port)
         )
         try:
-            _wait_synced(replica_port)
+            try:
+                wait_synced(replica_port)
+            except RuntimeError as exc:
+                require(False, str(exc))
             elapsed = asyncio.run(measure(f"redis://127.0.0.1:{port}/0", events, concurrency))
         finally:
             stop_process(replica)

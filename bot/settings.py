@@ -283,10 +283,7 @@ class Settings(BaseSettings):
     @field_validator("redis_sentinels")
     @classmethod
     def _sentinel_addresses(cls, value: str) -> str:
-        for address in filter(None, (part.strip() for part in value.split(","))):
-            host, _, port = address.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"CHATOPS_REDIS_SENTINELS: {address!r} is not host:port")
+        _sentinel_pairs(value)
         return value
 
     @property
@@ -299,12 +296,7 @@ class Settings(BaseSettings):
     @property
     def redis_topology(self) -> RedisTopology:
         """How `REDIS_URL` is reached: one address, a cluster's node, or through Sentinels."""
-        sentinels = tuple(
-            (host, int(port))
-            for address in self.redis_sentinels.split(",")
-            if address.strip()
-            for host, _, port in [address.strip().rpartition(":")]
-        )
+        sentinels = _sentinel_pairs(self.redis_sentinels)
         return RedisTopology(self.redis_cluster, sentinels, self.redis_sentinel_primary)
 
     @field_validator("responders", "admins")
@@ -360,3 +352,14 @@ class Settings(BaseSettings):
     def _level_upper(cls, value: object) -> object:
         """`CHATOPS_LOG_LEVEL=debug` is DEBUG."""
         return value.upper() if isinstance(value, str) else value
+
+
+def _sentinel_pairs(value: str) -> tuple[tuple[str, int], ...]:
+    """`CHATOPS_REDIS_SENTINELS` as `(host, port)` pairs; ValueError for one that is not."""
+    pairs = []
+    for address in filter(None, (part.strip() for part in value.split(","))):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"CHATOPS_REDIS_SENTINELS: {address!r} is not host:port")
+        pairs.append((host, int(port)))
+    return tuple(pairs)

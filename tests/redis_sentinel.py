@@ -20,7 +20,7 @@ import redis
 
 from bot.demo.embedded_redis import free_port, spawn_redis, stop_process
 
-__all__ = ["PRIMARY_NAME", "SentinelSet", "start_sentinel_set"]
+__all__ = ["PRIMARY_NAME", "SentinelSet", "start_sentinel_set", "wait_synced"]
 
 PRIMARY_NAME = "chatops-primary"
 DOWN_AFTER_MS = 1000
@@ -98,7 +98,7 @@ def start_sentinel_set(workdir: Path) -> SentinelSet:
         procs["replica"], replica = spawn_redis(
             workdir / "replica", "--appendonly", "yes", "--replicaof", "127.0.0.1", str(primary)
         )
-        _wait_synced(replica)
+        wait_synced(replica)
         port = free_port()
         config = workdir / "sentinel" / "sentinel.conf"
         config.write_text(
@@ -119,7 +119,8 @@ def start_sentinel_set(workdir: Path) -> SentinelSet:
     return found
 
 
-def _wait_synced(replica: int) -> None:
+def wait_synced(replica: int) -> None:
+    """Wait until the replica's initial sync with its primary is done."""
     client = redis.Redis(port=replica)
     deadline = time.monotonic() + READY_S
     try:

@@ -37,7 +37,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -54,6 +53,7 @@ from agent_core import (
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent
 from bot.keys import BotKeys, BotSessionKey
+from bot.process.redis_pool import replicated_call
 from bot.state.turn_jobs import TurnJob, ensure_group, turn_id_for
 
 __all__ = [
@@ -67,9 +67,6 @@ __all__ = [
     "turn_id_for",
 ]
 
-REPLICA_WAIT_MS = 200
-"""How long an event's acknowledgment waits for the replicas (`Queue(replicas=…)`): well inside
-the platforms' 3 s, and about a thousand times what a healthy replica needs on a LAN."""
 DEDUPE_TTL_S = 24 * 3600
 """Dedupe markers live 24 h: Feishu redelivers up to 4 times over about 7 h."""
 
@@ -164,7 +161,7 @@ class Queue:
         """`replicas`: how many replicas must hold an event before `submit` returns.
 
         0 (the default): none, the primary's reply is enough. Otherwise the submit is followed by
-        `WAIT replicas REPLICA_WAIT_MS` on the same connection; an event the replicas did not
+        `WAIT` (`bot.process.redis_pool.replicated_call`); an event the replicas did not
         acknowledge in time is still accepted (the primary has it, as without the wait) and
         `on_unreplicated` is called (a metric). docs/reliability.md Q20, `bench/replica_wait.py`.
         """
@@ -178,16 +175,6 @@ class Queue:
     def keys(self) -> BotKeys:
         """The key names in use."""
         return self._keys
-
-    async def _submit_replicated(self, keys: list[str], args: list[str | int]) -> list[Any]:
-        """The submit script, then `WAIT` on its connection (a pipeline holds one)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            await self._submit(keys=keys, args=args, client=pipe)
-            pipe.wait(self._replicas, REPLICA_WAIT_MS)
-            reply, acknowledged = await pipe.execute()
-        if int(acknowledged) < self._replicas and self._on_unreplicated is not None:
-            self._on_unreplicated()
-        return list(reply)
 
     async def ensure_group(self) -> None:
         """Create the workers' consumer group (and the stream) if missing."""
@@ -255,9 +242,14 @@ class Queue:
         ]
         try:
             if self._replicas:
-                status, route, result, parent = await self._submit_replicated(keys, args)
+                reply, acknowledged = await replicated_call(
+                    self._redis, self._submit, keys, args, self._replicas
+                )
+                if acknowledged < self._replicas and self._on_unreplicated is not None:
+                    self._on_unreplicated()
             else:
-                status, route, result, parent = await self._submit(keys=keys, args=args)
+                reply = await self._submit(keys=keys, args=args)
+            status, route, result, parent = reply
         except RedisError as exc:
             raise QueueUnavailable(f"cannot write the event: {exc}") from exc
         if status != 1:

@@ -36,19 +36,24 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.commands.core import AsyncScript
 
 from bot.redis_topology import SINGLE, RedisTopology
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_WAIT_S",
-    "RedisTopology",
+    "REPLICA_WAIT_MS",
     "SentinelBlockingConnectionPool",
     "pooled_redis",
+    "replicated_call",
 ]
 
 DEFAULT_MAX_CONNECTIONS = 64
 """`CHATOPS_REDIS_MAX_CONNECTIONS`'s default: connections one process opens at most."""
+REPLICA_WAIT_MS = 200
+"""How long a write waits for its replicas in `replicated_call`: well inside the platforms' 3 s
+acknowledgment budget (docs/reliability.md Q20)."""
 SENTINEL_TIMEOUT_S = 5.0
 """How long asking a Sentinel where the primary is may take (each Sentinel, in turn)."""
 DEFAULT_WAIT_S = 10.0
@@ -127,3 +132,23 @@ def _sentinel_redis(
         **{**options, **from_url},
     )
     return client
+
+
+async def replicated_call(
+    redis: aioredis.Redis,
+    script: AsyncScript,
+    keys: list[str],
+    args: list[str | int],
+    replicas: int,
+) -> tuple[Any, int]:
+    """Run `script`, then `WAIT replicas REPLICA_WAIT_MS` on its connection.
+
+    `WAIT` waits for the writes of the connection it is sent on, so both go in one pipeline
+    (which holds one connection, and loads the script first). Returns the script's reply and
+    how many replicas acknowledged it in time (at most `REPLICA_WAIT_MS` later).
+    """
+    async with redis.pipeline(transaction=False) as pipe:
+        await script(keys=keys, args=args, client=pipe)
+        pipe.wait(replicas, REPLICA_WAIT_MS)
+        reply, acknowledged = await pipe.execute()
+    return reply, int(acknowledged)

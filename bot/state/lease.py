@@ -33,13 +33,11 @@ from agent_core import (
 )
 from bot.errors import LeaseLost
 from bot.keys import BotKeys
+from bot.process.redis_pool import replicated_call
 
 __all__ = ["Lease", "LeaseLost", "Leases"]
 
 log = logging.getLogger(__name__)
-
-REPLICA_WAIT_MS = 200
-"""How long taking a lease waits for the replicas (`Leases(replicas=…)`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +59,9 @@ class Leases:
         """`replicas`: how many replicas must hold a lease taken before the turn goes on.
 
         A lease whose taking a failover lost would let the next holder get the same fencing
-        token as the worker still running on it; waiting (`WAIT`, at most `REPLICA_WAIT_MS`)
-        once per lease closes that window while the replica keeps up (docs/reliability.md Q20).
+        token as the worker still running on it; waiting once per lease (`WAIT`, through
+        `bot.process.redis_pool.replicated_call`) closes that window while the replica keeps up
+        (docs/reliability.md Q20).
         """
         self._redis = redis
         self._keys = keys
@@ -86,16 +85,15 @@ class Leases:
             if not self._replicas:
                 taken, value = await self._acquire(keys=keys, args=args)
                 return Lease(session_id, int(value), worker) if taken else None
-            async with self._redis.pipeline(transaction=False) as pipe:
-                await self._acquire(keys=keys, args=args, client=pipe)
-                pipe.wait(self._replicas, REPLICA_WAIT_MS)  # on the script's connection
-                (taken, value), acknowledged = await pipe.execute()
-        if taken and int(acknowledged) < self._replicas:
+            (taken, value), acknowledged = await replicated_call(
+                self._redis, self._acquire, keys, args, self._replicas
+            )
+        if taken and acknowledged < self._replicas:
             log.warning(
                 "lease of %s taken before %d replica(s) acknowledged it (%d did)",
                 session_id,
                 self._replicas,
-                int(acknowledged),
+                acknowledged,
             )
         return Lease(session_id, int(value), worker) if taken else None
 
