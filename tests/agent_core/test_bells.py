@@ -33,6 +33,7 @@ from agent_core import (
     Usage,
     UserMessage,
 )
+from agent_core._bells import CHECK
 from agent_core._llm.client import DeltaSink
 from agent_core.testing import ScriptedModel, calls, text
 
@@ -185,9 +186,21 @@ async def test_a_stop_rung_while_the_hub_is_cut_off_is_read_when_it_subscribes_a
         hub = BellHub(through_proxy, Keys().prefix)
         signals = runtime.signals_for(request)
         signals.bells = hub
+        checked = asyncio.Event()
+        on_ring = signals._on_ring
+
+        async def recording(note: str) -> None:
+            await on_ring(note)
+            if note == CHECK:
+                checked.set()
+
+        signals._on_ring = recording  # type: ignore[method-assign]
         run = asyncio.create_task(runtime.run(request, signals))
         async with asyncio.timeout(10):
             await started.all.wait()
+            # The first subscription's check must have read the records before the stop is
+            # written, or that check (late on a loaded machine) would read the tombstone itself.
+            await checked.wait()
         assert hub.subscriptions == 1
         proxy.cut()  # the hub hears nothing now, and cannot subscribe again
         await ControlPlane(redis_client).stop("s", "t1", by="dave")
