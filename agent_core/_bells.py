@@ -160,7 +160,7 @@ class BellHub:
 async def _close(pubsub: aioredis.client.PubSub) -> None:
     try:
         async with asyncio.timeout(CLOSE_S):
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
     except (RedisError, OSError, TimeoutError) as exc:
         log.warning("bell listener: closing its connection: %s", exc)
 

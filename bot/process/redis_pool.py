@@ -116,7 +116,7 @@ def _sentinel_redis(
     if connection_class is not None and issubclass(connection_class, SSLConnection):
         parsed["ssl"] = True  # the Sentinel pool then makes its own TLS connections
     from_url = {k: v for k, v in parsed.items() if k not in ("host", "port", "path")}
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(topology.sentinels),
         sentinel_kwargs={
             "socket_connect_timeout": SENTINEL_TIMEOUT_S,
