@@ -113,7 +113,13 @@ class SubagentCards:
         """The sub-agent platform."""
         return Platform.SUBAGENT
 
-    async def post_card(self, target: CardTarget, card: ProgressCard) -> CardRef:
+    async def find_card(
+        self, target: CardTarget, key: str, *, posted_after: float
+    ) -> CardRef | None:
+        """None: posting a child's card again is harmless (its card is its record)."""
+        return None
+
+    async def post_card(self, target: CardTarget, card: ProgressCard, *, key: str) -> CardRef:
         """Opening a child's card: the child is running."""
         record = await self._registry.child(target.channel, target.thread)
         if record is not None and record.state is ChildState.PENDING:

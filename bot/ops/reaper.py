@@ -33,6 +33,7 @@ from agent_core import SettleReason, SettleRecord, map_redis_errors
 from bot.control.approval_desk import ApprovalDesk
 from bot.events import Platform
 from bot.keys import BotKeys
+from bot.publishing.card_posting import post_card_once
 from bot.publishing.card_record import DELIVERY_STALE_S, CardRecord
 from bot.publishing.platform import CardGone, CardRef, CardTarget, ChatPlatform, PlatformError
 from bot.state.lease import Leases
@@ -202,5 +203,5 @@ class Reaper:
                 return
             except CardGone:
                 log.info("card of %s was deleted; posting the final state anew", card.turn_id)
-        ref = await platform.post_card(CardTarget(kind, fields["channel"], fields["thread"]), card)
-        await record.set_message(ref.message_id)
+        target = CardTarget(kind, fields["channel"], fields["thread"])
+        await post_card_once(platform, record, target, card)

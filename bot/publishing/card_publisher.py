@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 from agent_core import AgentError, checkpoint
+from bot.publishing.card_posting import post_card_once
 from bot.publishing.card_record import CardRecord
 from bot.publishing.platform import (
     CardGone,
@@ -240,8 +241,7 @@ class CardPublisher:
                 self._ref = None
                 if not card.is_final:
                     return  # the run goes on; its final answer is posted as a new message
-        self._ref = await self._platform.post_card(self._target, card)
-        await self._record.set_message(self._ref.message_id)
+        self._ref = await post_card_once(self._platform, self._record, self._target, card)
 
     async def _heal(self) -> None:
         """After a live update: if a final (or a newer writer) landed meanwhile, re-send it."""

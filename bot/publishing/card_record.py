@@ -10,6 +10,9 @@ JSON), and who may write it. Writers are fenced by lease token and sequence:
   read the record.
 - `final` is `1` once a final state is recorded; no claim or finalization is accepted after it,
   so a final card stays final (the next analysis in the thread attaches a fresh record).
+- `posting` is set while the card is being posted and not yet recorded (`begin_post`): the
+  key it is posted with and when; a writer killed mid-post leaves it, and the next one looks
+  for that card (`ChatPlatform.find_card`) instead of posting a second one.
 - `delivered` says whether that final state reached the platform: `1`, `0`, or
   `sending:<unix time>` while a sender has it. A final not yet delivered is also named in the
   undelivered-finals index (`BotKeys.undelivered_cards`), which the reaper sweeps.
@@ -23,6 +26,10 @@ Each fenced check-and-write is one Lua script, so two writers never interleave i
 
 from __future__ import annotations
 
+import time
+import uuid
+from dataclasses import dataclass
+
 import redis.asyncio as aioredis
 
 from agent_core import map_redis_errors, register_lua
@@ -30,13 +37,25 @@ from bot.keys import BotKeys
 from bot.publishing.platform import CardTarget
 from cards import ProgressCard
 
-__all__ = ["CARD_TTL_S", "DELIVERY_STALE_S", "MARKED_BY_CHARS", "CardRecord"]
+__all__ = ["CARD_TTL_S", "DELIVERY_STALE_S", "MARKED_BY_CHARS", "CardRecord", "Posting"]
 
 CARD_TTL_S = 30 * 24 * 3600
 DELIVERY_STALE_S = 60
 """A final state whose sender has not confirmed it within this long is sent again (reaper)."""
 MARKED_BY_CHARS = 200
 """Longest name kept of who marked a card's answer wrong (the renderers show fewer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Posting:
+    """A post of the card under way (`CardRecord.begin_post`)."""
+
+    key: str
+    """The card's key on the platform (`ChatPlatform.post_card`): 32 hex digits."""
+    since: float
+    """When the post was begun (epoch seconds)."""
+    earlier: bool
+    """An earlier writer began this post and never recorded its answer: it may be shown."""
 
 
 class CardRecord:
@@ -137,10 +156,34 @@ class CardRecord:
         with map_redis_errors("drop card delivery"):
             await self._drop_delivery(keys=[self._key])
 
+    async def begin_post(self) -> Posting:
+        """Record that the card is being posted, before the post: the key to post it with.
+
+        A writer killed after the platform took its post but before `set_message` leaves the
+        mark; whoever posts the card next (a worker that took over, the reaper) is given the
+        same key with `earlier` set, so it looks for that post before posting another.
+        """
+        mark = f"{uuid.uuid4().hex} {time.time():.3f}"
+        with map_redis_errors("record card post"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hsetnx(self._key, "posting", mark)
+                pipe.hget(self._key, "posting")
+                _, stored = await pipe.execute()
+        stored = _text(stored or mark)
+        key, _, at = stored.partition(" ")
+        try:
+            since = float(at)
+        except ValueError:
+            since = 0.0
+        return Posting(key=key, since=since, earlier=stored != mark)
+
     async def set_message(self, message_id: str) -> None:
-        """Record where the card was posted."""
+        """Record where the card was posted (and that no post is under way any more)."""
         with map_redis_errors("record card"):
-            await self._redis.hset(self._key, "message_id", message_id)
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._key, "message_id", message_id)
+                pipe.hdel(self._key, "posting")
+                await pipe.execute()
 
     async def mark_delivered(self) -> None:
         """The final state reached the platform."""

@@ -67,9 +67,16 @@ class MeteredPlatform:
         self._count(platform, call, "ok")
         return result
 
-    async def post_card(self, target: CardTarget, card: ProgressCard) -> CardRef:
+    async def post_card(self, target: CardTarget, card: ProgressCard, *, key: str) -> CardRef:
         """Post a card (counted as `post`)."""
-        return await self._counted("post", self._inner.post_card(target, card))
+        return await self._counted("post", self._inner.post_card(target, card, key=key))
+
+    async def find_card(
+        self, target: CardTarget, key: str, *, posted_after: float
+    ) -> CardRef | None:
+        """Look for a card posted with `key` (counted as `find`)."""
+        work = self._inner.find_card(target, key, posted_after=posted_after)
+        return await self._counted("find", work)
 
     async def update_card(self, ref: CardRef, card: ProgressCard) -> None:
         """Update a card (counted as `update`)."""

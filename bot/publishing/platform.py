@@ -62,8 +62,24 @@ class ChatPlatform(Protocol):
         """The platform this client talks to."""
         ...
 
-    async def post_card(self, target: CardTarget, card: ProgressCard) -> CardRef:
-        """Post `card` as a new message in the target thread and return where it went."""
+    async def post_card(self, target: CardTarget, card: ProgressCard, *, key: str) -> CardRef:
+        """Post `card` as a new message in the target thread and return where it went.
+
+        `key` names the card (at most 50 characters): a post repeated with the same key, by a
+        worker that took over from one killed before it could record the first post's answer,
+        may answer with the card first posted (Feishu dedupes on it), whose content can then
+        be older than `card`.
+        """
+        ...
+
+    async def find_card(
+        self, target: CardTarget, key: str, *, posted_after: float
+    ) -> CardRef | None:
+        """The card posted in the target thread with `key` after `posted_after` (epoch seconds).
+
+        None when there is none, or when the platform finds it by posting again with the same
+        key instead (`post_card`).
+        """
         ...
 
     async def update_card(self, ref: CardRef, card: ProgressCard) -> None:

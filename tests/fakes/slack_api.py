@@ -18,7 +18,9 @@ Contract:
   ``?thread_ts=…&cid=…``; an unknown ts ``message_not_found``),
   ``assistant.threads.setStatus``, ``conversations.replies`` (the parent first, then the replies
   oldest first; ``limit``, ``cursor``, ``latest``, ``oldest``, ``inclusive``, ``has_more`` and
-  ``response_metadata.next_cursor`` as Slack pages them), ``users.info``. Messages are kept
+  ``response_metadata.next_cursor`` as Slack pages them; a message's ``metadata`` only with
+  ``include_all_metadata``), ``users.info``. A post's ``metadata`` must be an ``event_type``
+  and an ``event_payload`` object (else ``invalid_metadata_format``). Messages are kept
   per ``(channel, ts)``: updating or deleting an unknown (or deleted) ts is ``message_not_found``;
   touching a human's message is ``cant_update_message`` / ``cant_delete_message``. Blocks are
   checked against Slack's limits (≤50 blocks, ``action_id`` ≤255, button ``value`` ≤2000,
@@ -379,6 +381,16 @@ def _json_arg(value: Any) -> Any:
     return value
 
 
+def _valid_metadata(metadata: Any) -> bool:
+    """Slack's message metadata: an ``event_type`` string and an ``event_payload`` object."""
+    return (
+        isinstance(metadata, dict)
+        and isinstance(metadata.get("event_type"), str)
+        and bool(metadata["event_type"])
+        and isinstance(metadata.get("event_payload"), dict)
+    )
+
+
 def _too_long(value: Any, limit: int, pointer: str) -> str | None:
     if len(str(value)) > limit:
         return f"must be less than {limit + 1} characters [json-pointer:{pointer}]"
@@ -438,6 +450,7 @@ class FakeSlackAPI(LoopbackAPI):
         self._messages: dict[tuple[str, str], dict[str, Any]] = {}
         self._users: dict[str, dict[str, Any]] = {}
         self._status: dict[tuple[str, str], str] = {}
+        self._metadata: dict[tuple[str, str], dict[str, Any]] = {}
         self._methods: dict[str, Callable[[dict[str, Any]], Simulated]] = {
             "auth.test": self._auth_test,
             "chat.postMessage": self._post_message,
@@ -460,6 +473,7 @@ class FakeSlackAPI(LoopbackAPI):
     def _reset_state(self) -> None:
         self._messages.clear()
         self._status.clear()
+        self._metadata.clear()
         self._users.clear()
         self._users[SLACK_USER_ID] = self._user_record(SLACK_USER_ID, "alice", "Alice Oncall")
         self._users[self.bot_user_id] = self._user_record(
@@ -664,11 +678,16 @@ class FakeSlackAPI(LoopbackAPI):
             return error
         if not content.get("text") and not content.get("blocks"):
             return _err("no_text")
+        metadata = _json_arg(params["metadata"]) if params.get("metadata") is not None else None
+        if metadata is not None and not _valid_metadata(metadata):
+            return _err("invalid_metadata_format")
         ts = slack_ts()
         message = self._bot_message(ts, content)
         if params.get("thread_ts"):
             message["thread_ts"] = str(params["thread_ts"])
         self._messages[(channel, ts)] = message
+        if metadata is not None:
+            self._metadata[(channel, ts)] = metadata
         return _ok(channel=channel, ts=ts, message=message)
 
     def _update(self, params: dict[str, Any]) -> Simulated:
@@ -752,11 +771,18 @@ class FakeSlackAPI(LoopbackAPI):
         end = start + len(page)
         more = end < len(replies)
         next_cursor = base64.b64encode(f"offset:{end}".encode()).decode() if more else ""
+        messages = [*parent, *page]
+        if str(params.get("include_all_metadata", "")).lower() in ("1", "true"):
+            messages = [self._with_metadata(channel, m) for m in messages]
         return _ok(
-            messages=[*parent, *page],
+            messages=messages,
             has_more=more,
             response_metadata={"next_cursor": next_cursor},
         )
+
+    def _with_metadata(self, channel: str, message: dict[str, Any]) -> dict[str, Any]:
+        metadata = self._metadata.get((channel, str(message.get("ts"))))
+        return message if metadata is None else {**message, "metadata": metadata}
 
     def _thread_replies(
         self, channel: str, ts: str, params: dict[str, Any]

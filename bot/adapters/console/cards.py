@@ -16,9 +16,10 @@ Contract:
 
   A client shows the newest state per `message_id`; a final card (`card.status` one of
   answered, stopped, failed, interrupted, cancelled) never changes again.
-* `post_card` makes up the message id and records it (`BotKeys.console_message`, kept as long
-  as a card record); `update_card` of an id that was never posted, or whose record expired,
-  raises `CardGone`, as Slack's `message_not_found` does. The check and the write are one Lua
+* `post_card` uses the card's key as its message id and records it (`BotKeys.console_message`,
+  kept as long as a card record), so `find_card` finds it by the key; `update_card` of an id
+  that was never posted, or whose record expired, raises `CardGone`, as Slack's
+  `message_not_found` does. The check and the write are one Lua
   script, so no update lands for a card that is gone.
 * `set_status` does nothing: the console has no "is doing…" line apart from the card.
 * Failures leave as `bot.publishing.platform` errors (`map_console_errors`): nothing else in
@@ -29,7 +30,6 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -80,15 +80,29 @@ class ConsoleCards:
         """Always `Platform.CONSOLE`."""
         return Platform.CONSOLE
 
-    async def post_card(self, target: CardTarget, card: ProgressCard) -> CardRef:
-        """Add a `post` entry for a new card in the target thread.
+    async def post_card(self, target: CardTarget, card: ProgressCard, *, key: str) -> CardRef:
+        """Add a `post` entry for a new card in the target thread, `key` its message id.
 
         Raises:
             PlatformError: One of its subclasses, from `map_console_errors()`.
         """
-        message_id = uuid.uuid4().hex
-        await self._send("post", target.channel, target.thread, message_id, card)
-        return CardRef(platform=Platform.CONSOLE, channel=target.channel, message_id=message_id)
+        await self._send("post", target.channel, target.thread, key, card)
+        return CardRef(platform=Platform.CONSOLE, channel=target.channel, message_id=key)
+
+    async def find_card(
+        self, target: CardTarget, key: str, *, posted_after: float
+    ) -> CardRef | None:
+        """The card posted with `key`, while its record lasts.
+
+        Raises:
+            PlatformError: One of its subclasses, from `map_console_errors()`.
+        """
+        with map_console_errors():
+            async with asyncio.timeout(self._timeout_s):
+                posted = await self._redis.exists(self._keys.console_message(key))
+        if not posted:
+            return None
+        return CardRef(platform=Platform.CONSOLE, channel=target.channel, message_id=key)
 
     async def update_card(self, ref: CardRef, card: ProgressCard) -> None:
         """Add an `update` entry with the card's new state.

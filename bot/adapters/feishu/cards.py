@@ -6,6 +6,9 @@ Contract:
   `msg_type=interactive`, `reply_in_thread=true`), so the card opens (or joins) the root's
   thread the way a Slack reply does. `update_card` is `PATCH /open-apis/im/v1/messages/{id}`
   with the whole re-rendered card. `set_status` is a no-op: Feishu has no status line.
+* A card's key is its reply's `uuid`: Feishu makes at most one message per `uuid` within an
+  hour and answers a repeat with the first, so a worker that took over from one killed
+  mid-post finds that card by posting again (`find_card` has nothing to look up).
 * Every failure leaves this module as one of the `bot.publishing.platform` errors: an SDK exception
   through `map_feishu_errors()`, a non-zero `code` in an answer through `check_response()`.
   Feishu answers errors as HTTP 4xx/5xx with `{"code", "msg"}`; lark-oapi does not raise for
@@ -41,6 +44,7 @@ from lark_oapi.core.exception import ObtainAccessTokenException
 
 from bot.adapters.feishu.client import open_client
 from bot.events import Platform
+from bot.publishing.channel_posts import bounded_key
 from bot.publishing.platform import (
     CardGone,
     CardRef,
@@ -116,8 +120,8 @@ class FeishuCards:
         """Always `Platform.FEISHU`."""
         return Platform.FEISHU
 
-    async def post_card(self, target: CardTarget, card: ProgressCard) -> CardRef:
-        """Reply to the thread's root message with `card`.
+    async def post_card(self, target: CardTarget, card: ProgressCard, *, key: str) -> CardRef:
+        """Reply to the thread's root message with `card`, `key` as the reply's `uuid`.
 
         Raises:
             PlatformError: One of its subclasses; `CardGone` if the root message was recalled.
@@ -128,6 +132,7 @@ class FeishuCards:
             .msg_type("interactive")
             .content(content)
             .reply_in_thread(self._reply_in_thread)
+            .uuid(bounded_key(key))
             .build()
         )
         request = ReplyMessageRequest.builder().message_id(target.thread).request_body(body).build()
@@ -136,6 +141,12 @@ class FeishuCards:
         if not isinstance(message_id, str) or not message_id:
             raise PlatformRejected("Feishu reply answered without a message_id")
         return CardRef(platform=Platform.FEISHU, channel=target.channel, message_id=message_id)
+
+    async def find_card(
+        self, target: CardTarget, key: str, *, posted_after: float
+    ) -> CardRef | None:
+        """None: a reply repeated with the same `uuid` answers with the first one instead."""
+        return None
 
     async def update_card(self, ref: CardRef, card: ProgressCard) -> None:
         """Replace the posted card's content.

@@ -5,6 +5,9 @@ Contract:
 * `post_card` is `chat.postMessage` in the mention's thread, `update_card` is `chat.update`,
   `set_status` is `assistant.threads.setStatus` ("" clears the line). Each sends the rendered
   blocks plus the fallback text Slack shows in notifications.
+* Slack has no idempotency key for `chat.postMessage`: a card carries its key in its message
+  metadata (`CARD_EVENT`), and `find_card` looks for it with `conversations.replies`, so a
+  worker that took over from one killed mid-post shows its state on that card.
 * Every failure leaves this module as one of the `bot.publishing.platform` errors, decided by
   `map_slack_errors()`; nothing else in `bot` sees a `slack_sdk` or `aiohttp` exception.
 * The SDK never retries or sleeps on our behalf. The publisher owns retries: it coalesces card
@@ -44,12 +47,25 @@ from bot.publishing.platform import (
 from bot.settings import Settings
 from cards import ProgressCard, render_slack, slack_text
 
-__all__ = ["DEFAULT_RETRY_AFTER_S", "DEFAULT_TIMEOUT_S", "SlackCards", "map_slack_errors"]
+__all__ = [
+    "CARD_EVENT",
+    "DEFAULT_RETRY_AFTER_S",
+    "DEFAULT_TIMEOUT_S",
+    "SlackCards",
+    "map_slack_errors",
+]
 
 DEFAULT_TIMEOUT_S = 10.0
 """Upper bound on one Web API call; a card update that takes longer is better retried."""
 DEFAULT_RETRY_AFTER_S = 1.0
 """Backoff for a 429 without a usable `Retry-After` header."""
+
+CARD_EVENT = "chatops_card"
+"""The `event_type` of a card's message metadata; its `event_payload` is `{"key": key}`."""
+FIND_PAGE_SIZE = 200
+"""Replies a `conversations.replies` page of `find_card` asks for."""
+FIND_PAGES = 5
+"""Pages `find_card` reads at most (from the post's start, so its card is on the first)."""
 
 _GONE = frozenset({"message_not_found", "cant_update_message"})
 """The card's message was deleted, or the ts names a message the bot did not write."""
@@ -100,8 +116,8 @@ class SlackCards:
         """Always `Platform.SLACK`."""
         return Platform.SLACK
 
-    async def post_card(self, target: CardTarget, card: ProgressCard) -> CardRef:
-        """Post `card` as a reply in the target thread.
+    async def post_card(self, target: CardTarget, card: ProgressCard, *, key: str) -> CardRef:
+        """Post `card` as a reply in the target thread, `key` in its metadata.
 
         Raises:
             PlatformError: One of its subclasses, from `map_slack_errors()`.
@@ -114,8 +130,46 @@ class SlackCards:
                     thread_ts=target.thread,
                     blocks=blocks,
                     text=slack_text(card),
+                    metadata={"event_type": CARD_EVENT, "event_payload": {"key": key}},
                 )
         return CardRef(platform=Platform.SLACK, channel=target.channel, message_id=_ts(response))
+
+    async def find_card(
+        self, target: CardTarget, key: str, *, posted_after: float
+    ) -> CardRef | None:
+        """The thread's reply since `posted_after` whose metadata names `key`, if any.
+
+        `conversations.replies` with `include_all_metadata` (scopes `channels:history`,
+        `groups:history`), from `oldest`, at most `FIND_PAGES` pages.
+
+        Raises:
+            PlatformError: One of its subclasses, from `map_slack_errors()`.
+        """
+        cursor = ""
+        for _ in range(FIND_PAGES):
+            with map_slack_errors():
+                async with asyncio.timeout(self._timeout_s):
+                    response = await self._web().conversations_replies(
+                        channel=target.channel,
+                        ts=target.thread,
+                        oldest=f"{posted_after:.6f}",
+                        inclusive=True,
+                        include_all_metadata=True,
+                        limit=FIND_PAGE_SIZE,
+                        cursor=cursor or None,
+                    )
+            page = response.data if isinstance(response.data, dict) else {}
+            messages = page.get("messages")
+            for message in messages if isinstance(messages, list) else ():
+                if _names_card(message, key):
+                    ts = message["ts"]
+                    return CardRef(platform=Platform.SLACK, channel=target.channel, message_id=ts)
+            more = page.get("response_metadata")
+            following = more.get("next_cursor") if isinstance(more, dict) else None
+            if not page.get("has_more") or not isinstance(following, str) or not following:
+                return None
+            cursor = following
+        return None
 
     async def update_card(self, ref: CardRef, card: ProgressCard) -> None:
         """Replace the posted card's blocks and fallback text.
@@ -159,6 +213,17 @@ class SlackCards:
         if session is not None:
             self._client.session = None
             await session.close()
+
+
+def _names_card(message: Any, key: str) -> bool:
+    """Whether a `conversations.replies` message is the card posted with `key`."""
+    if not isinstance(message, dict) or not isinstance(message.get("ts"), str):
+        return False
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != CARD_EVENT:
+        return False
+    payload = metadata.get("event_payload")
+    return isinstance(payload, dict) and payload.get("key") == key
 
 
 def _ts(response: AsyncSlackResponse) -> str:

@@ -259,7 +259,9 @@ async def test_console_cards_refuse_an_update_of_an_unknown_card(
     assert set(platforms) == {Platform.CONSOLE}
     console = platforms[Platform.CONSOLE]
     card = ProgressCard(title="t", turn_id="turn-1", thread="th")
-    ref = await console.post_card(CardTarget(Platform.CONSOLE, CHANNEL, "th"), card)
+    ref = await console.post_card(
+        CardTarget(Platform.CONSOLE, CHANNEL, "th"), card, key=uuid.uuid4().hex
+    )
     await console.update_card(ref, card.ended(CardStatus.ANSWERED, answer="ok"))
     with pytest.raises(CardGone):
         await console.update_card(CardRef(Platform.CONSOLE, CHANNEL, "never-posted"), card)

@@ -18,6 +18,7 @@ import asyncio
 import json
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -144,7 +145,7 @@ async def test_slack_post_then_update(slack_api: FakeSlackAPI) -> None:
     cards = _slack(slack_api)
     target = _slack_target()
 
-    ref = await cards.post_card(target, LIVE)
+    ref = await cards.post_card(target, LIVE, key=uuid.uuid4().hex)
     posted = slack_api.message(SLACK_CHANNEL_ID, ref.message_id)
     await cards.update_card(ref, FINAL)
     updated = slack_api.message(SLACK_CHANNEL_ID, ref.message_id)
@@ -163,10 +164,31 @@ async def test_slack_post_then_update(slack_api: FakeSlackAPI) -> None:
     assert update[0].params["ts"] == ref.message_id
 
 
+async def test_slack_finds_a_card_by_its_key_past_a_page_of_replies(
+    slack_api: FakeSlackAPI,
+) -> None:
+    cards = _slack(slack_api)
+    target = _slack_target()
+    slack_api.add_message(SLACK_CHANNEL_ID, target.thread, "@chatops why?")
+    since = time.time() - 1
+    other = await cards.post_card(target, LIVE, key="a" * 32)  # an earlier analysis's card
+    for _ in range(250):  # a busy thread: the card is on the second page
+        slack_api.add_message(SLACK_CHANNEL_ID, slack_ts(), "+1", thread_ts=target.thread)
+    mine = await cards.post_card(target, LIVE, key="b" * 32)
+
+    assert await cards.find_card(target, "b" * 32, posted_after=since) == mine
+    assert await cards.find_card(target, "a" * 32, posted_after=since) == other
+    assert await cards.find_card(target, "c" * 32, posted_after=since) is None
+    # Only replies since the post's start are read: the earlier card is not looked at.
+    assert await cards.find_card(target, "a" * 32, posted_after=time.time() + 60) is None
+    pages = [c.params for c in slack_api.calls_to("conversations.replies")]
+    assert [p.get("cursor") is not None for p in pages[:2]] == [False, True]
+
+
 async def test_slack_calls_share_one_kept_alive_connection(slack_api: FakeSlackAPI) -> None:
     """slack_sdk opens a connection per call unless given a session: the client keeps one."""
     cards = _slack(slack_api)
-    ref = await cards.post_card(_slack_target(), LIVE)
+    ref = await cards.post_card(_slack_target(), LIVE, key=uuid.uuid4().hex)
     for _ in range(3):
         await cards.update_card(ref, LIVE)
     await cards.set_status(_slack_target(), "is looking…")
@@ -194,7 +216,7 @@ async def test_slack_status_set_and_cleared(slack_api: FakeSlackAPI) -> None:
 
 async def test_slack_429_is_surfaced_not_slept_on(slack_api: FakeSlackAPI) -> None:
     cards = _slack(slack_api)
-    ref = await cards.post_card(_slack_target(), LIVE)
+    ref = await cards.post_card(_slack_target(), LIVE, key=uuid.uuid4().hex)
     slack_api.script("chat.update", ratelimited(retry_after=7))
     started = time.monotonic()
 
@@ -231,7 +253,7 @@ async def test_slack_scripted_errors(
     slack_api: FakeSlackAPI, fault: Fault, expected: type[PlatformError], retry_after: float | None
 ) -> None:
     cards = _slack(slack_api)
-    ref = await cards.post_card(_slack_target(), LIVE)
+    ref = await cards.post_card(_slack_target(), LIVE, key=uuid.uuid4().hex)
     slack_api.script("chat.update", fault)
 
     with pytest.raises(expected) as raised:
@@ -257,9 +279,13 @@ async def test_slack_gone_and_rejected_by_the_simulation(slack_api: FakeSlackAPI
             CardRef(platform=Platform.SLACK, channel=SLACK_CHANNEL_ID, message_id=human_ts), LIVE
         )
     with pytest.raises(PlatformRejected, match="channel_not_found"):
-        await cards.post_card(CardTarget(Platform.SLACK, "not-a-channel", slack_ts()), LIVE)
+        await cards.post_card(
+            CardTarget(Platform.SLACK, "not-a-channel", slack_ts()), LIVE, key="k"
+        )
     with pytest.raises(PlatformRejected, match="invalid_auth"):
-        await _slack(slack_api, token="xoxb-revoked").post_card(_slack_target(), LIVE)
+        await _slack(slack_api, token="xoxb-revoked").post_card(
+            _slack_target(), LIVE, key=uuid.uuid4().hex
+        )
 
 
 async def test_slack_unreachable_and_slow(slack_api: FakeSlackAPI) -> None:
@@ -272,9 +298,9 @@ async def test_slack_unreachable_and_slow(slack_api: FakeSlackAPI) -> None:
     slack_api.script("chat.postMessage", slow(5))
 
     with pytest.raises(PlatformUnavailable, match="ClientConnectorError"):
-        await refused.post_card(_slack_target(), LIVE)
+        await refused.post_card(_slack_target(), LIVE, key=uuid.uuid4().hex)
     with pytest.raises(PlatformUnavailable, match="TimeoutError"):
-        await impatient.post_card(_slack_target(), LIVE)
+        await impatient.post_card(_slack_target(), LIVE, key=uuid.uuid4().hex)
 
 
 # --- Feishu ------------------------------------------------------------------------------------
@@ -301,7 +327,7 @@ async def test_feishu_post_then_update(feishu_api: FakeFeishuAPI) -> None:
     feishu_api.add_message(ROOT, text="@chatops checkout returns 500")
     cards = _feishu(feishu_api)
 
-    ref = await cards.post_card(_feishu_target(), LIVE)
+    ref = await cards.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
     posted = feishu_api.message(ref.message_id)
     await cards.update_card(ref, FINAL)
     updated = feishu_api.message(ref.message_id)
@@ -357,7 +383,7 @@ async def test_feishu_scripted_errors(
     retry_after: float | None,
 ) -> None:
     cards = _feishu(feishu_api)
-    ref = await cards.post_card(_feishu_target(), LIVE)
+    ref = await cards.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
     feishu_api.script("im.v1.message.patch", fault)
 
     with pytest.raises(expected) as raised:
@@ -371,19 +397,19 @@ async def test_feishu_scripted_errors(
 
 async def test_feishu_recalled_card_is_gone(feishu_api: FakeFeishuAPI) -> None:
     cards = _feishu(feishu_api)
-    ref = await cards.post_card(_feishu_target(), LIVE)
+    ref = await cards.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
     feishu_api.recall(ref.message_id)
 
     with pytest.raises(CardGone, match="230011"):
         await cards.update_card(ref, FINAL)
     feishu_api.recall(ROOT)
     with pytest.raises(CardGone, match="230011"):
-        await cards.post_card(_feishu_target(), LIVE)
+        await cards.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
 
 
 async def test_feishu_too_fast_patches_are_rate_limited(feishu_api: FakeFeishuAPI) -> None:
     cards = _feishu(feishu_api)
-    ref = await cards.post_card(_feishu_target(), LIVE)
+    ref = await cards.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
 
     for _ in range(feishu_api.patch_qps_limit or 0):
         await cards.update_card(ref, LIVE)
@@ -399,7 +425,7 @@ async def test_feishu_wrong_app_credentials_are_rejected(feishu_api: FakeFeishuA
     cards = _feishu(feishu_api, FEISHU_APP_ID="cli_not_this_app")
 
     with pytest.raises(PlatformRejected, match="10003"):
-        await cards.post_card(_feishu_target(), LIVE)
+        await cards.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
 
     assert feishu_api.calls_to("im.v1.message.reply") == []
 
@@ -410,9 +436,9 @@ async def test_feishu_unreachable_and_slow(feishu_api: FakeFeishuAPI) -> None:
     feishu_api.script("im.v1.message.reply", slow(5))
 
     with pytest.raises(PlatformUnavailable, match="ConnectionError"):
-        await refused.post_card(_feishu_target(), LIVE)
+        await refused.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
     with pytest.raises(PlatformUnavailable, match="Timeout"):
-        await impatient.post_card(_feishu_target(), LIVE)
+        await impatient.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
 
 
 # --- Both --------------------------------------------------------------------------------------
@@ -432,8 +458,8 @@ async def test_cancellation_is_never_mapped(
     slack_api: FakeSlackAPI, feishu_api: FakeFeishuAPI
 ) -> None:
     slack, feishu = _slack(slack_api), _feishu(feishu_api)
-    slack_ref = await slack.post_card(_slack_target(), LIVE)
-    feishu_ref = await feishu.post_card(_feishu_target(), LIVE)
+    slack_ref = await slack.post_card(_slack_target(), LIVE, key=uuid.uuid4().hex)
+    feishu_ref = await feishu.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
     slack_api.script("chat.update", slow(30))
     feishu_api.script("im.v1.message.patch", slow(30))
 
@@ -476,13 +502,13 @@ async def test_a_card_renders_off_the_event_loop(
     monkeypatch.setattr(f"{module}.render_{platform}", spy)
     if platform == "slack":
         slack = _slack(slack_api)
-        ref = await slack.post_card(_slack_target(), LIVE)
+        ref = await slack.post_card(_slack_target(), LIVE, key=uuid.uuid4().hex)
         await slack.update_card(ref, HOSTILE_FINAL)
         shown = json.dumps(slack_api.message(SLACK_CHANNEL_ID, ref.message_id))
     else:
         feishu_api.add_message(ROOT, text="@chatops checkout returns 500")
         feishu = _feishu(feishu_api)
-        ref = await feishu.post_card(_feishu_target(), LIVE)
+        ref = await feishu.post_card(_feishu_target(), LIVE, key=uuid.uuid4().hex)
         await feishu.update_card(ref, HOSTILE_FINAL)
         shown = json.dumps(feishu_api.message(ref.message_id))
 

@@ -57,7 +57,12 @@ class RecordingPlatform:
     def platform(self) -> Platform:
         return Platform.SLACK
 
-    async def post_card(self, target: CardTarget, card: ProgressCard) -> CardRef:
+    async def find_card(
+        self, target: CardTarget, key: str, *, posted_after: float
+    ) -> CardRef | None:
+        return None
+
+    async def post_card(self, target: CardTarget, card: ProgressCard, *, key: str) -> CardRef:
         self.shown.append(card)
         return CardRef(Platform.SLACK, target.channel, "m-new")
 

@@ -253,7 +253,9 @@ class Scenario:
 
     async def start(self, child: Child) -> None:
         target = CardTarget(Platform.SUBAGENT, self.parent, child.record.child_id)
-        await self.cards.post_card(target, self.card(child, CardStatus.WORKING))
+        await self.cards.post_card(
+            target, self.card(child, CardStatus.WORKING), key=uuid.uuid4().hex
+        )
         if child.state is ChildState.PENDING:
             child.state = ChildState.RUNNING
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import signal
+import uuid
 from typing import Any
 
 import pytest
@@ -361,7 +362,7 @@ async def test_a_childs_first_card_already_final_is_its_report(redis_client) -> 
         CardStatus.INTERRUPTED, error="interrupted"
     )
     target = CardTarget(Platform.SUBAGENT, session_of(parent), record.child_id)
-    await SubagentCards(registry).post_card(target, card)
+    await SubagentCards(registry).post_card(target, card, key=uuid.uuid4().hex)
     child = await registry.child(session_of(parent), record.child_id)
     assert child is not None and child.state is ChildState.FAILED
     inbox = await redis_client.lrange(BotKeys().inbox(session_of(parent)), 0, -1)
