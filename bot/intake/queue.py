@@ -53,7 +53,7 @@ from agent_core import (
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent
 from bot.keys import BotKeys, BotSessionKey
-from bot.process.redis_pool import replicated_call
+from bot.process.redis_pool import replicated_call, run_script
 from bot.state.turn_jobs import TurnJob, ensure_group, turn_id_for
 
 __all__ = [
@@ -248,7 +248,7 @@ class Queue:
                 if acknowledged < self._replicas and self._on_unreplicated is not None:
                     self._on_unreplicated()
             else:
-                reply = await self._submit(keys=keys, args=args)
+                reply = await run_script(self._redis, self._submit, keys, args)
             status, route, result, parent = reply
         except RedisError as exc:
             raise QueueUnavailable(f"cannot write the event: {exc}") from exc

@@ -3,7 +3,7 @@
 redis-py's default pool holds at most 2**31 connections in name and raises "Too many
 connections" the moment a configured `max_connections` is reached; the ingress and the worker
 would then fail a request or a turn for want of a socket while every connection is busy for a
-few milliseconds. `BlockingConnectionPool` waits instead, for `wait_s` at most, and raises
+few milliseconds. `WaitingConnectionPool` waits instead, for `wait_s` at most, and raises
 `ConnectionError("No connection available.")` (a `RedisError`, so every caller's handling of an
 unreachable Redis applies) when none came free. Sizing (docs/reliability.md Q16): the signal
 path holds one connection per process whatever the number of live turns (`agent_core.BellHub`),
@@ -18,18 +18,20 @@ The deployment's Redis is one of three topologies (`RedisTopology`, from the set
   in one slot (`bot.keys`), so its commands, scripts and transactions all go to the one master
   that serves it. That client keeps a pool per node and, unlike `BlockingConnectionPool`, raises
   `MaxConnectionsError` (a `ConnectionError`, so again handled as Redis being unavailable)
-  instead of waiting when `max_connections` are busy on a node: redis-py has no waiting pool for
+  instead of waiting when `max_connections` are busy on a node: redis-py has no pool to give
   a cluster, and the limit is what bounds the process's connections.
 - A primary watched by Sentinels (`CHATOPS_REDIS_SENTINELS`): redis-py's `Sentinel` names the
   primary, and every new connection asks the Sentinels where it is now, so after a failover the
   pool's connections to the old primary fail once and the next ones reach the promoted replica.
-  The pool is the same waiting, bounded one (`SentinelBlockingConnectionPool`: redis-py has the
+  The pool is the same waiting, bounded one (`SentinelWaitingConnectionPool`: redis-py has the
   two behaviours in separate classes). `REDIS_URL` still gives the database, the user and the
   password; its host and port are not used. What a failover can lose: docs/reliability.md Q20.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -37,6 +39,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError, MaxConnectionsError, NoScriptError
 
 from bot.redis_topology import SINGLE, RedisTopology
 
@@ -44,9 +47,11 @@ __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_WAIT_S",
     "REPLICA_WAIT_MS",
-    "SentinelBlockingConnectionPool",
+    "SentinelWaitingConnectionPool",
+    "WaitingConnectionPool",
     "pooled_redis",
     "replicated_call",
+    "run_script",
 ]
 
 DEFAULT_MAX_CONNECTIONS = 64
@@ -60,10 +65,72 @@ DEFAULT_WAIT_S = 10.0
 """`CHATOPS_REDIS_POOL_TIMEOUT_S`'s default: how long a command waits for a free connection."""
 
 
-class SentinelBlockingConnectionPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+class WaitingConnectionPool(aioredis.ConnectionPool):
+    """`ConnectionPool` that, with all `max_connections` in use, waits `timeout` s for one to free.
+
+    Why not redis-py's `BlockingConnectionPool`, which behaves so: every checkout of it takes a
+    `Condition`, a timer and a lock and every release the `Condition` again, even when connections
+    are free, and that was a third of the ingress's Redis cost per webhook (`bench/ingress.py`;
+    21 of 61 µs per script call measured in one process, 16 concurrent callers). Here a checkout
+    is `ConnectionPool`'s own; only a caller that finds the pool full waits, woken by a release.
+    The wait is first come, first woken, but not a queue: a caller arriving as a connection frees
+    may take it before the woken one, who then waits again within the same deadline.
+    """
+
+    def __init__(self, *, timeout: float | None = DEFAULT_WAIT_S, **kwargs: Any) -> None:
+        """`timeout`: seconds a checkout waits for a free connection (None: for ever)."""
+        super().__init__(**kwargs)
+        self.timeout = timeout
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def get_connection(
+        self, command_name: object = None, *keys: object, **options: object
+    ) -> Any:
+        """A connected connection; waits while all are in use (`ConnectionError` past the wait).
+
+        The arguments are redis-py's deprecated ones, accepted and not used.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if self.timeout is None else loop.time() + self.timeout
+        while True:
+            try:
+                return await super().get_connection()  # type: ignore[no-untyped-call, unused-ignore]
+            except MaxConnectionsError:
+                pass  # raised before the pool changed: wait for a release, then try again
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await waiter
+            except TimeoutError:
+                raise ConnectionError("No connection available.") from None
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken and leaving anyway: the wake-up is the next one's
+                raise
+            finally:
+                if not waiter.done():
+                    self._waiters.remove(waiter)
+
+    async def release(self, connection: Any) -> None:
+        """Give a connection back, and wake the longest waiting checkout."""
+        try:
+            await super().release(connection)
+        finally:
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+
+class SentinelWaitingConnectionPool(SentinelConnectionPool, WaitingConnectionPool):
     """Sentinel's pool (connections to wherever the primary is) that waits for a free connection.
 
-    The method order puts Sentinel's address lookup first and `BlockingConnectionPool`'s bounded
+    The method order puts Sentinel's address lookup first and `WaitingConnectionPool`'s bounded
     wait under it; both keep `ConnectionPool`'s interface.
     """
 
@@ -89,7 +156,7 @@ def pooled_redis(
         # The cluster client answers the commands, pipelines, scripts and Pub/Sub this code
         # uses as `Redis` does (the cluster process tests drive them all); it is no subclass.
         return cast(aioredis.Redis, client)
-    pool = aioredis.BlockingConnectionPool.from_url(
+    pool = WaitingConnectionPool.from_url(
         url, max_connections=max_connections, timeout=wait_s, **options
     )
     return aioredis.Redis.from_pool(pool)
@@ -126,7 +193,7 @@ def _sentinel_redis(
     client: aioredis.Redis = sentinel.master_for(
         topology.sentinel_primary,
         redis_class=_SentinelRedis,
-        connection_pool_class=SentinelBlockingConnectionPool,
+        connection_pool_class=SentinelWaitingConnectionPool,
         max_connections=max_connections,
         timeout=wait_s,
         **{**options, **from_url},
@@ -152,3 +219,43 @@ async def replicated_call(
         pipe.wait(replicas, REPLICA_WAIT_MS)
         reply, acknowledged = await pipe.execute()
     return reply, int(acknowledged)
+
+
+async def run_script(
+    redis: aioredis.Redis, script: AsyncScript, keys: list[str], args: list[str | int]
+) -> Any:
+    """`await script(keys=keys, args=args)`, on one pooled connection with none of its wrapping.
+
+    For the ingress's one call per webhook: through redis-py's client a script call costs about
+    twice what the connection's own send and read do (the script object's client lookup, the
+    command's retry, observability and timing hooks; 46 against 33 µs in one process with 16
+    concurrent callers, `bench/ingress.py` shows it per path). This sends `EVALSHA` and reads
+    its reply on a connection of the pool, as `execute_command` would: a connection or
+    timeout error is retried as the connection's `Retry` says, after that connection is
+    dropped (the script's dedupe markers make a repeated submit a duplicate, never a second
+    event); a cancelled call drops the connection too (redis-py's `read_response` does that);
+    a Redis that lost its scripts is given this one again. A cluster client has no one pool:
+    it takes the plain call.
+    """
+    if not isinstance(redis, aioredis.Redis) or redis.single_connection_client:
+        return await script(keys=keys, args=args)
+    pool = redis.connection_pool
+    conn = await pool.get_connection()  # type: ignore[no-untyped-call, unused-ignore]
+    try:
+
+        async def call() -> Any:
+            try:
+                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                return await conn.read_response()
+            except NoScriptError:
+                await conn.send_command("SCRIPT", "LOAD", script.script)
+                await conn.read_response()
+                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                return await conn.read_response()
+
+        async def dropped(error: Exception) -> None:
+            await conn.disconnect()
+
+        return await conn.retry.call_with_retry(call, dropped)
+    finally:
+        await pool.release(conn)
