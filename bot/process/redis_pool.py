@@ -34,6 +34,7 @@ import asyncio
 from collections import deque
 from typing import Any, cast
 
+import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
@@ -243,14 +244,18 @@ async def run_script(
     conn = await pool.get_connection()  # type: ignore[no-untyped-call, unused-ignore]
     try:
 
+        # hiredis packs the command itself: redis-py's packer encodes each argument in Python
+        # first, 15 µs for the submit's two dozen (its encoding is UTF-8, as hiredis's is).
+        packed = hiredis.pack_command(("EVALSHA", script.sha, len(keys), *keys, *args))
+
         async def call() -> Any:
             try:
-                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                await conn.send_packed_command(packed)
                 return await conn.read_response()
             except NoScriptError:
                 await conn.send_command("SCRIPT", "LOAD", script.script)
                 await conn.read_response()
-                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                await conn.send_packed_command(packed)
                 return await conn.read_response()
 
         async def dropped(error: Exception) -> None:
