@@ -243,7 +243,6 @@ async def run_script(
     pool = redis.connection_pool
     conn = await pool.get_connection()  # type: ignore[no-untyped-call, unused-ignore]
     try:
-
         # hiredis packs the command itself: redis-py's packer encodes each argument in Python
         # first, 15 µs for the submit's two dozen (its encoding is UTF-8, as hiredis's is).
         packed = hiredis.pack_command(("EVALSHA", script.sha, len(keys), *keys, *args))
