@@ -244,8 +244,10 @@ async def run_script(
     conn = await pool.get_connection()  # type: ignore[no-untyped-call, unused-ignore]
     try:
         # hiredis packs the command itself: redis-py's packer encodes each argument in Python
-        # first, 15 µs for the submit's two dozen (its encoding is UTF-8, as hiredis's is).
-        packed = hiredis.pack_command(("EVALSHA", script.sha, len(keys), *keys, *args))
+        # first, 15 µs for the submit's two dozen (its encoding is UTF-8, as hiredis's is). The
+        # stub of pack_command types its argument as a tuple of one.
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        packed = hiredis.pack_command(command)  # type: ignore[arg-type, unused-ignore]
 
         async def call() -> Any:
             try:
