@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from agent_core import StoreError
 from bot.errors import BodyTooLarge, QueueUnavailable, RequestRejected
 from bot.events import ChatEvent
+from bot.ingress.body_limits import READ_BODY
 from bot.ingress.context import ACK_BUDGET_S, MAX_BODY_BYTES, Ingress
 
 __all__ = ["accept", "ok", "read_body", "rejected", "unavailable"]
@@ -30,8 +31,12 @@ async def read_body(request: Request) -> bytes:
     Raises:
         BodyTooLarge: The body is declared or read past the limit.
     """
-    # `BoundedBody` has read the body within its deadline and limit already; counting again
-    # costs nothing and keeps a route safe should it ever be mounted without the middleware.
+    # `BoundedBody` has read the body within its deadline and limit already, and left it in
+    # the request's state; reading it again keeps a route safe should it ever be mounted
+    # without the middleware.
+    read = request.scope.get("state", {}).get(READ_BODY)
+    if isinstance(read, bytes):
+        return read
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise BodyTooLarge()

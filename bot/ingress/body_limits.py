@@ -41,6 +41,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["BodyLimits", "BoundedBody", "Refused"]
 
+READ_BODY = "chatops.read_body"
+"""The request state's key under which the body `BoundedBody` read is given to the route."""
+
 log = logging.getLogger(__name__)
 
 Refused = Callable[[Scope, int], None]
@@ -97,6 +100,7 @@ class BoundedBody:
             return
         if body is None:
             return  # the client left mid-body: nobody to answer
+        scope.setdefault("state", {})[READ_BODY] = body  # `bot.ingress.ack.read_body` takes it
         await self.app(scope, _replay(body, receive), send)
 
     async def _refuse(self, scope: Scope, send: Send, status: int) -> None:
