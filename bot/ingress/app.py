@@ -80,8 +80,11 @@ def create_app(
         client = redis if redis is not None else _redis_from(settings)
         try:
             app.state.ingress = await _open_ingress(settings, client, slack, feishu, clock, routes)
-            async with _receivers(settings, app.state.ingress, feishu_long_connection):
-                yield
+            try:
+                async with _receivers(settings, app.state.ingress, feishu_long_connection):
+                    yield
+            finally:
+                await app.state.ingress.queue.aclose()
         finally:
             if redis is None:  # its own client
                 await client.aclose()
@@ -112,6 +115,7 @@ async def _open_ingress(
         client,
         replicas=settings.redis_wait_replicas,
         on_unreplicated=metrics.unreplicated.inc,
+        batched=True,
     )
     try:
         async with asyncio.timeout(REDIS_CALL_S):

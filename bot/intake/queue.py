@@ -53,7 +53,8 @@ from agent_core import (
 from bot.errors import QueueUnavailable
 from bot.events import ChatEvent
 from bot.keys import BotKeys, BotSessionKey
-from bot.process.redis_pool import replicated_call, run_script
+from bot.process.redis_pool import replicated_call
+from bot.process.script_batch import ScriptBatch
 from bot.state.turn_jobs import TurnJob, ensure_group, turn_id_for
 
 __all__ = [
@@ -157,6 +158,7 @@ class Queue:
         *,
         replicas: int = 0,
         on_unreplicated: Callable[[], None] | None = None,
+        batched: bool = False,
     ) -> None:
         """`replicas`: how many replicas must hold an event before `submit` returns.
 
@@ -164,12 +166,29 @@ class Queue:
         `WAIT` (`bot.process.redis_pool.replicated_call`); an event the replicas did not
         acknowledge in time is still accepted (the primary has it, as without the wait) and
         `on_unreplicated` is called (a metric). docs/reliability.md Q20, `bench/replica_wait.py`.
+
+        `batched`: concurrent submits share one write and one read per turn of the event loop
+        (`bot.process.script_batch`; the ingress's, which `aclose` then ends). Not with
+        `replicas`, nor on a cluster's client or a single connection: those submit one by one.
         """
         self._redis = redis
         self._keys = keys or BotKeys()
         self._submit = register_lua(redis, "bot.intake", "queue_submit", **_submit_values())
         self._replicas = replicas
         self._on_unreplicated = on_unreplicated
+        self._batch = (
+            ScriptBatch(redis, self._submit)
+            if batched
+            and not replicas
+            and isinstance(redis, aioredis.Redis)
+            and not redis.single_connection_client
+            else None
+        )
+
+    async def aclose(self) -> None:
+        """Wait for the batched submits still in flight (see `batched`)."""
+        if self._batch is not None:
+            await self._batch.aclose()
 
     @property
     def keys(self) -> BotKeys:
@@ -247,8 +266,10 @@ class Queue:
                 )
                 if acknowledged < self._replicas and self._on_unreplicated is not None:
                     self._on_unreplicated()
+            elif self._batch is not None:
+                reply = await self._batch(keys, args)
             else:
-                reply = await run_script(self._redis, self._submit, keys, args)
+                reply = await self._submit(keys=keys, args=args)
             status, route, result, parent = reply
         except RedisError as exc:
             raise QueueUnavailable(f"cannot write the event: {exc}") from exc

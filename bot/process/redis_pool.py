@@ -34,13 +34,12 @@ import asyncio
 from collections import deque
 from typing import Any, cast
 
-import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError, MaxConnectionsError, NoScriptError
+from redis.exceptions import ConnectionError, MaxConnectionsError
 
 from bot.redis_topology import SINGLE, RedisTopology
 
@@ -52,7 +51,6 @@ __all__ = [
     "WaitingConnectionPool",
     "pooled_redis",
     "replicated_call",
-    "run_script",
 ]
 
 DEFAULT_MAX_CONNECTIONS = 64
@@ -220,48 +218,3 @@ async def replicated_call(
         pipe.wait(replicas, REPLICA_WAIT_MS)
         reply, acknowledged = await pipe.execute()
     return reply, int(acknowledged)
-
-
-async def run_script(
-    redis: aioredis.Redis, script: AsyncScript, keys: list[str], args: list[str | int]
-) -> Any:
-    """`await script(keys=keys, args=args)`, on one pooled connection with none of its wrapping.
-
-    For the ingress's one call per webhook: through redis-py's client a script call costs about
-    twice what the connection's own send and read do (the script object's client lookup, the
-    command's retry, observability and timing hooks; 46 against 33 µs in one process with 16
-    concurrent callers, `bench/ingress.py` shows it per path). This sends `EVALSHA` and reads
-    its reply on a connection of the pool, as `execute_command` would: a connection or
-    timeout error is retried as the connection's `Retry` says, after that connection is
-    dropped (the script's dedupe markers make a repeated submit a duplicate, never a second
-    event); a cancelled call drops the connection too (redis-py's `read_response` does that);
-    a Redis that lost its scripts is given this one again. A cluster client has no one pool:
-    it takes the plain call.
-    """
-    if not isinstance(redis, aioredis.Redis) or redis.single_connection_client:
-        return await script(keys=keys, args=args)
-    pool = redis.connection_pool
-    conn = await pool.get_connection()  # type: ignore[no-untyped-call, unused-ignore]
-    try:
-        # hiredis packs the command itself: redis-py's packer encodes each argument in Python
-        # first, 15 µs for the submit's two dozen (its encoding is UTF-8, as hiredis's is). The
-        # stub of pack_command types its argument as a tuple of one.
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        packed = hiredis.pack_command(command)  # type: ignore[arg-type, unused-ignore]
-
-        async def call() -> Any:
-            try:
-                await conn.send_packed_command(packed)
-                return await conn.read_response()
-            except NoScriptError:
-                await conn.send_command("SCRIPT", "LOAD", script.script)
-                await conn.read_response()
-                await conn.send_packed_command(packed)
-                return await conn.read_response()
-
-        async def dropped(error: Exception) -> None:
-            await conn.disconnect()
-
-        return await conn.retry.call_with_retry(call, dropped)
-    finally:
-        await pool.release(conn)

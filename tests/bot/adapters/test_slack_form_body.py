@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from urllib.parse import quote_plus
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.adapters.slack.inbound import SlackIdentity, SlackInbound, parse_slack
@@ -47,14 +47,14 @@ def press_body(value: str, username: str) -> bytes:
     return b"payload=" + quote_plus(json.dumps(press, ensure_ascii=False)).encode()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=st.text(max_size=40), username=st.text(max_size=20))
 def test_a_well_formed_press_decodes_as_parse_qs_decodes_it(value: str, username: str) -> None:
     body = press_body(value or "turn-1", username or "alice")
     agrees(body)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=60) | st.text(alphabet=HOSTILE, max_size=60).map(str.encode))
 def test_a_hostile_body_gets_what_parse_qs_gives_it(tail: bytes) -> None:
     agrees(b"payload=" + tail)

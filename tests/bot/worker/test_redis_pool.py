@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError, ResponseError
+from redis.exceptions import ConnectionError
 
-from bot.process.redis_pool import pooled_redis, run_script
+from bot.process.redis_pool import pooled_redis
 from bot.settings import Settings
 from bot.worker.assembly import open_worker
 from bot.worker.process import WorkerOptions
@@ -137,49 +137,4 @@ async def test_a_cancelled_waiter_passes_its_wake_up_on(redis_server: str) -> No
         with pytest.raises(asyncio.CancelledError):
             await first
     finally:
-        await redis.aclose()
-
-
-async def test_run_script_answers_as_the_script_object_does(redis_server: str) -> None:
-    """Keys, arguments and reply as `script(keys=, args=)`; a flushed script cache is refilled."""
-    redis = pooled_redis(redis_server, socket_timeout=None)
-    try:
-        script = redis.register_script("return {KEYS[1], ARGV[1], tonumber(ARGV[2]) + 1}")
-        assert await run_script(redis, script, ["pool:k"], ["é", 41]) == [
-            b"pool:k",
-            "é".encode(),
-            42,
-        ]
-        await redis.script_flush()
-        assert await run_script(redis, script, ["pool:k"], ["x", 1]) == [b"pool:k", b"x", 2]
-        with pytest.raises(ResponseError):
-            await run_script(redis, redis.register_script("return redis.call('nope')"), [], [])
-    finally:
-        await redis.aclose()
-
-
-async def test_run_script_survives_a_killed_connection_and_a_cancelled_call(
-    redis_server: str,
-) -> None:
-    """The server drops the pooled connection, or a call is cancelled mid-reply: the next works.
-
-    A cancelled call must leave no half-read connection behind for the next one.
-    """
-    redis = pooled_redis(redis_server, max_connections=1, socket_timeout=None)
-    admin = aioredis.Redis.from_url(redis_server)
-    try:
-        echo = redis.register_script("return ARGV[1]")
-        assert await run_script(redis, echo, [], ["one"]) == b"one"
-        await admin.client_kill_filter(_type="normal", skipme=True)
-        assert await run_script(redis, echo, [], ["two"]) == b"two"
-        slow = redis.register_script(
-            "local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]"
-            " repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - s > 300000 return 'late'"
-        )
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.05):
-                await run_script(redis, slow, [], [])
-        assert await run_script(redis, echo, [], ["three"]) == b"three"
-    finally:
-        await admin.aclose()
         await redis.aclose()
