@@ -18,11 +18,12 @@ and `bot.ingress.run_pages` (replay pages); what they share is `bot.ingress.cont
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 from fastapi import FastAPI
@@ -54,6 +55,17 @@ if TYPE_CHECKING:  # lark_oapi is imported only when Feishu is configured
 __all__ = ["MAX_BODY_BYTES", "create_app", "ingress_redis"]
 
 log = logging.getLogger(__name__)
+
+
+_NO_NATIVE_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+"""FastAPI's own OpenTelemetry spans, metrics and exception logs stay off: the ingress's spans
+are `bot.tracing`'s, which redact what they carry, while FastAPI's logs would export exception
+messages as they are. Off, FastAPI also skips its per-request look at the global providers
+(bench/ingress.py). FastAPI before its native telemetry has no such parameter, nor the cost."""
 
 
 def create_app(
@@ -89,7 +101,13 @@ def create_app(
             if redis is None:  # its own client
                 await client.aclose()
 
-    app = FastAPI(title="chatops ingress", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="chatops ingress",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        **_NO_NATIVE_TELEMETRY,
+    )
     limits = BodyLimits(max_bytes=MAX_BODY_BYTES, read_timeout_s=settings.body_read_timeout_s)
     app.add_middleware(BoundedBody, limits=limits, on_refused=_count_refused)
     add_webhooks(app)
