@@ -91,25 +91,29 @@ class WaitingConnectionPool(aioredis.ConnectionPool):
         """
         loop = asyncio.get_running_loop()
         deadline = None if self.timeout is None else loop.time() + self.timeout
-        while True:
-            try:
-                return await super().get_connection()  # type: ignore[no-untyped-call, unused-ignore]
-            except MaxConnectionsError:
-                pass  # raised before the pool changed: wait for a release, then try again
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await waiter
-            except TimeoutError:
-                raise ConnectionError("No connection available.") from None
-            except BaseException:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake_one()  # woken and leaving anyway: the wake-up is the next one's
-                raise
-            finally:
-                if not waiter.done():
-                    self._waiters.remove(waiter)
+        woken = False  # a release's wake-up this checkout holds and has not used yet
+        try:
+            while True:
+                try:
+                    return await super().get_connection()  # type: ignore[no-untyped-call, unused-ignore]
+                except MaxConnectionsError:
+                    woken = False  # full again: the wake-up went to a caller arriving first
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._waiters.append(waiter)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await waiter
+                except TimeoutError:
+                    raise ConnectionError("No connection available.") from None
+                finally:
+                    if not waiter.done():
+                        self._waiters.remove(waiter)
+                    elif not waiter.cancelled():
+                        woken = True
+        except BaseException:
+            if woken:
+                self._wake_one()  # woken, and leaving without it: the wake-up is the next one's
+            raise
 
     async def release(self, connection: Any) -> None:
         """Give a connection back, and wake the longest waiting checkout."""

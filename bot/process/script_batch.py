@@ -33,6 +33,8 @@ from redis.exceptions import ConnectionError, NoScriptError, ResponseError, Time
 __all__ = ["ScriptBatch"]
 
 _Call = tuple[bytes, "asyncio.Future[Any]"]
+_TRIES = 2
+"""Rounds a batch may lose to a failed connection, and reloads of the script it may need."""
 
 
 @dataclass
@@ -101,24 +103,35 @@ class ScriptBatch:
         batch.task.add_done_callback(self._flushing.discard)
 
     async def _send(self, batch: list[_Call]) -> None:
-        unanswered = batch
+        """Answer every call of `batch`: rounds until none is left, within `_TRIES` of each kind.
+
+        A connection failure and a NOSCRIPT refusal are counted apart (a failover brings both:
+        the old connection fails, the new primary has no scripts). Any other error, such as a
+        script that does not compile, is the unanswered calls' own; only a cancellation (the
+        callers all gone, or shutdown) leaves the task as an exception.
+        """
+        unanswered, failures, reloads = batch, 0, 0
         try:
-            for attempt in (1, 2):
+            while unanswered:
                 try:
-                    unanswered = await self._round(unanswered)
+                    refused = await self._round(unanswered)
+                    if refused:
+                        if reloads == _TRIES:
+                            _fail(refused, ConnectionError("Redis kept refusing the script"))
+                            return
+                        reloads += 1
+                        await self._load()  # a restarted or failed-over Redis: load it again
+                    unanswered = refused
                 except (ConnectionError, TimeoutError, OSError) as exc:
                     unanswered = [call for call in unanswered if not call[1].done()]
-                    if attempt == 2:
+                    failures += 1
+                    if failures == _TRIES:
                         _fail(unanswered, ConnectionError(f"the script batch failed: {exc}"))
                         return
-                    continue
-                if not unanswered:
+                except Exception as exc:
+                    _fail(unanswered, exc)
                     return
-                # Some were refused with NOSCRIPT (a restarted or failed-over Redis): load the
-                # script, then send those again.
-                await self._load()
-            _fail(unanswered, ConnectionError("Redis kept refusing the script as unknown"))
-        except BaseException as exc:  # cancelled (shutdown) or an error of our own: say so
+        except BaseException as exc:  # cancelled: no caller waits, or the process is ending
             _fail(unanswered, ConnectionError(f"the script batch was abandoned: {exc!r}"))
             raise
 

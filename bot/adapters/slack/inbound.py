@@ -165,6 +165,8 @@ def _lone_payload(body: bytes) -> str | None:
     if not body.startswith(b"payload=") or b"&" in body or not body.isascii():
         return None
     value = body[len(b"payload=") :].replace(b"+", b" ")
+    if not value:
+        return None  # parse_qs drops a blank value
     escaped = value.replace(b"\\", b"\\\\").replace(b"%", b"\\x")
     try:
         decoded = escaped.decode("unicode_escape").encode("latin-1")

@@ -137,3 +137,36 @@ async def test_a_batch_nobody_waits_for_is_abandoned_and_its_connection_dropped(
         await redis_client.execute_command("CLIENT", "UNPAUSE")
     assert await redis_client.get("batch:abandoned") is None
     assert await batch(["batch:abandoned"], []) == 1
+
+
+async def test_a_failover_mid_batch_is_a_lost_connection_then_a_redis_without_the_script(
+    client: aioredis.Redis, redis_client: aioredis.Redis
+) -> None:
+    """The batch's connection dies, and the Redis it reaches next has no scripts: both survived.
+
+    Each has its own tries, and every call runs once.
+    """
+    counting = client.register_script("return redis.call('INCR', KEYS[1])")
+    await redis_client.delete("batch:failover")
+    batch = ScriptBatch(client, counting)
+    assert await batch(["batch:failover"], []) == 1
+    await redis_client.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+    try:
+        loop = asyncio.get_running_loop()
+        calls = [loop.create_task(batch(["batch:failover"], [])) for _ in range(3)]
+        await asyncio.sleep(0.1)  # sent, and held by the pause
+        await redis_client.script_flush()  # the Redis it reaches next has no scripts
+        assert await kill_batch_connection(redis_client) == 1
+        await asyncio.sleep(0.1)
+    finally:
+        await redis_client.execute_command("CLIENT", "UNPAUSE")
+    assert sorted(await asyncio.wait_for(asyncio.gather(*calls), 5)) == [2, 3, 4]
+
+
+async def test_a_script_that_does_not_compile_is_its_callers_error(
+    client: aioredis.Redis,
+) -> None:
+    """As with `script()`: a `ResponseError` naming the compile error, not a lost connection."""
+    batch = ScriptBatch(client, client.register_script("return ("))
+    with pytest.raises(ResponseError, match="compil"):
+        await batch([], [])

@@ -10,6 +10,7 @@ held a connection of its own in a blocking read, and an exhausted pool failed th
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -136,5 +137,41 @@ async def test_a_cancelled_waiter_passes_its_wake_up_on(redis_server: str) -> No
         assert await asyncio.wait_for(second, 2) is True
         with pytest.raises(asyncio.CancelledError):
             await first
+    finally:
+        await redis.aclose()
+
+
+async def test_a_waiter_woken_as_its_deadline_passes_gives_the_connection_to_the_next(
+    redis_server: str,
+) -> None:
+    """A release wakes the first waiter in a turn that ends past its deadline: the second gets it.
+
+    The first gives up; the second, woken in its place, gets the connection at once.
+    """
+    redis = pooled_redis(redis_server, max_connections=1, wait_s=0.5, socket_timeout=None)
+    loop = asyncio.get_running_loop()
+    try:
+        pool = redis.connection_pool
+        held = await pool.get_connection()
+        first = loop.create_task(ping(redis))
+        await asyncio.sleep(0)
+        first_deadline = loop.time() + 0.5
+        await asyncio.sleep(0.1)
+        second = loop.create_task(ping(redis))
+        await asyncio.sleep(0.01)
+
+        releasing: list[asyncio.Task[None]] = []
+
+        def slow_turn() -> None:  # the release, in a turn a slow handler stretches past it
+            releasing.append(loop.create_task(pool.release(held)))
+            time.sleep(0.05)
+
+        loop.call_at(first_deadline - 0.01, slow_turn)
+        with pytest.raises(ConnectionError):
+            await first
+        released = loop.time()
+        assert await second is True
+        assert loop.time() - released < 0.05  # not at its own deadline, 0.1 s later
+        await asyncio.gather(*releasing)
     finally:
         await redis.aclose()
