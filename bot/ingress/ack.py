@@ -32,9 +32,9 @@ async def read_body(request: Request) -> bytes:
         BodyTooLarge: The body is declared or read past the limit.
     """
     # `BoundedBody` has read the body within its deadline and limit already, and left it in
-    # the request's state; reading it again keeps a route safe should it ever be mounted
+    # the request's scope; reading it again keeps a route safe should it ever be mounted
     # without the middleware.
-    read = request.scope.get("state", {}).get(READ_BODY)
+    read = request.scope.get(READ_BODY)
     if isinstance(read, bytes):
         return read
     declared = request.headers.get("content-length", "")

@@ -64,8 +64,8 @@ _NO_NATIVE_TELEMETRY: dict[str, Any] = (
 )
 """FastAPI's own OpenTelemetry spans, metrics and exception logs stay off: the ingress's spans
 are `bot.tracing`'s, which redact what they carry, while FastAPI's logs would export exception
-messages as they are. Off, FastAPI also skips its per-request look at the global providers
-(bench/ingress.py). FastAPI before its native telemetry has no such parameter, nor the cost."""
+messages as they are. Off, FastAPI also skips its per-request look at the global providers.
+FastAPI before its native telemetry has no such parameter, nor the cost."""
 
 
 def create_app(

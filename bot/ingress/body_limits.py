@@ -42,7 +42,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 __all__ = ["BodyLimits", "BoundedBody", "Refused"]
 
 READ_BODY = "chatops.read_body"
-"""The request state's key under which the body `BoundedBody` read is given to the route."""
+"""The scope key under which the body `BoundedBody` read is given to the route: the request's
+own scope (a new one per request, as ASGI has it), never the `state` a server may copy from the
+app's lifespan state, so no request can ever see another's body."""
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,7 @@ class BoundedBody:
             return
         if body is None:
             return  # the client left mid-body: nobody to answer
-        scope.setdefault("state", {})[READ_BODY] = body  # `bot.ingress.ack.read_body` takes it
+        scope[READ_BODY] = body  # `bot.ingress.ack.read_body` takes it
         await self.app(scope, _replay(body, receive), send)
 
     async def _refuse(self, scope: Scope, send: Send, status: int) -> None:

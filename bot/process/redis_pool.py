@@ -69,9 +69,9 @@ class WaitingConnectionPool(aioredis.ConnectionPool):
 
     Why not redis-py's `BlockingConnectionPool`, which behaves so: every checkout of it takes a
     `Condition`, a timer and a lock and every release the `Condition` again, even when connections
-    are free, and that was a third of the ingress's Redis cost per webhook (`bench/ingress.py`;
-    21 of 61 µs per script call measured in one process, 16 concurrent callers). Here a checkout
-    is `ConnectionPool`'s own; only a caller that finds the pool full waits, woken by a release.
+    are free, a cost on every webhook's Redis call (it is part of what moved `bench/ingress.py`'s
+    ratios in the commit that made this pool). Here a checkout is `ConnectionPool`'s own; only a
+    caller that finds the pool full waits, woken by a release.
     The wait is first come, first woken, but not a queue: a caller arriving as a connection frees
     may take it before the woken one, who then waits again within the same deadline.
     """

@@ -2,10 +2,10 @@
 
 The ingress calls its submit script once per webhook, and its requests arrive together: every
 socket the event loop finds readable in one turn starts a request, and they all reach the submit
-in the next. Sent one by one, each call is a checkout, a write that wakes Redis and a read that
-wakes the loop; on a loopback socket the write alone costs the kernel more than the request's own
-Python. A `ScriptBatch` gathers the calls made in one turn of the loop and sends them as one
-pipelined write on one pooled connection, then reads their replies in order (`bench/ingress.py`).
+in the next. Sent one by one, each call is a checkout, a system call to write that wakes Redis
+and a read that wakes the loop, all on the webhook's own CPU. A `ScriptBatch` gathers the calls
+made in one turn of the loop and sends them as one pipelined write on one pooled connection,
+then reads their replies in order (`bench/ingress.py`).
 redis-py has no such automatic pipelining, and its `Pipeline` would pack and parse every command
 through its own per-command machinery, which is the cost saved here.
 
