@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote
 
 from slack_sdk.signature import Clock, SignatureVerifier
 
 from bot.adapters import untrusted_json
+from bot.adapters.slack.form_body import form_value
 from bot.errors import MalformedRequest, NotAuthentic
 from bot.events import AuthorKind, ChatEvent, EventKind, Platform
 
@@ -140,39 +140,13 @@ def _parse(body: bytes, content_type: str, identity: SlackIdentity) -> SlackInbo
 
 def _form_payload(body: bytes) -> dict[str, Any]:
     try:
-        raw = _lone_payload(body)
-        if raw is None:
-            form = parse_qs(body.decode(), strict_parsing=True)  # bad %-escapes become U+FFFD
-            raw = form["payload"][0]
-    except (UnicodeDecodeError, ValueError, KeyError) as exc:
+        raw = form_value(body, "payload")  # bad %-escapes become U+FFFD
+    except (ValueError, KeyError) as exc:  # UnicodeDecodeError is a ValueError
         raise MalformedRequest("interactivity body without a JSON payload") from exc
     payload = untrusted_json.loads(raw, what="interactivity payload")
     if not isinstance(payload, dict):
         raise MalformedRequest("interactivity payload is not an object")
     return payload
-
-
-def _lone_payload(body: bytes) -> str | None:
-    r"""The value of a body that is `payload=<value>` and nothing else, as `parse_qs` decodes it.
-
-    That is every interactivity body Slack sends, and `parse_qs` decodes its value in Python one
-    %-escape at a time: a button press's body holds about 300 of them, 57 µs, a fifth of the
-    press's ingress CPU (bench/ingress.py). Here the escapes become `\xHH` and the
-    `unicode_escape` codec decodes them in C, in one linear pass (every backslash of the body is
-    doubled first, so no other escape exists). None for any other body, and `unquote`
-    for a value with a `%` not followed by two hex digits: `parse_qs`'s own rules then.
-    """
-    if not body.startswith(b"payload=") or b"&" in body or not body.isascii():
-        return None
-    value = body[len(b"payload=") :].replace(b"+", b" ")
-    if not value:
-        return None  # parse_qs drops a blank value
-    escaped = value.replace(b"\\", b"\\\\").replace(b"%", b"\\x")
-    try:
-        decoded = escaped.decode("unicode_escape").encode("latin-1")
-    except UnicodeDecodeError:
-        return unquote(value.decode())
-    return decoded.decode("utf-8", "replace")
 
 
 def _str(payload: Mapping[str, Any], key: str) -> str:
